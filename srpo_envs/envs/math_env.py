@@ -1,0 +1,321 @@
+"""SRPO-Math-v0: math problems solved by a team of LLM agents.
+
+## Description
+A team answers one math problem per episode through one of three workflows
+(``workflow=``), each a sequence of events; every event emits one ``Transition`` whose
+consumed set is the SRPO active set:
+
+- ``"single"``: one solver answers in one event (K = 1). The single-agent reference.
+- ``"solve_verify"`` (division of labor): the solver answers (K = 1), the verifier
+  accepts, or rejects with feedback and a corrected answer (K = 1); on a rejection the
+  solver retries with the feedback, for up to ``max_rounds`` solve/verify rounds.
+- ``"parallel"`` (co-evolution): ``n_solvers`` solvers answer the same prompt in one
+  event (K = n_solvers), then an aggregator reads their solutions and writes the final
+  answer (K = 1).
+
+## Observation
+Per agent, a string: the agent's prompt when it is due to act, otherwise a short note
+that it is not its turn. Space: ``gymnasium.spaces.Text`` over ``srpo_envs.text.CHARSET``
+(printable BMP characters plus newline and tab) with a length bound computed from the
+templates, ``max_question_chars`` and ``max_output_chars``. Text that came from a model
+or a dataset is inserted as data: chat-template control tokens are neutralized.
+
+## Action
+Per agent, a string (its full response). See ``srpo_envs.event_env`` for the rules on
+missing, ``None``, over-long and mistyped actions and unknown agent keys.
+
+## Rewards
+The team reward is ``reward_correct`` when the final answer is correct and
+``reward_wrong`` otherwise, paid at the last event; earlier events pay 0. The final
+answer is the last ``\\boxed{...}`` of the deciding text, else its last number
+(``srpo_envs.grading``). Graded events carry ``info["correct"]``:
+- a solve event: whether the solver's answer is correct;
+- the parallel solve event: ``info["member_correct"]`` per solver and ``correct`` for
+  their majority answer (ties go to the first solver in agent order);
+- the final event: whether the final answer is correct (``info["final_answer"]``).
+
+Verifier replies: ``VERDICT: ACCEPT`` or ``VERDICT: REJECT`` (the last one written
+counts, case-insensitive). Without a verdict line, a reply whose boxed answer differs
+from the candidate's is a rejection with that correction, anything else an acceptance.
+When the last round ends in a rejection, the verifier's corrected answer (if it wrote
+one) is final, otherwise the solver's. A missing aggregator leaves no final answer
+(wrong).
+
+## Episode end
+Terminates after the final event: 1 event for single, 2 for parallel, 2 to
+``2 * max_rounds`` for solve_verify. Episodes are never truncated.
+
+## Arguments
+See ``MathEnvConfig``. ``prompts`` overrides role templates by role name (``solver``,
+``solver_retry``, ``verifier``, ``aggregator``); see ``DEFAULT_PROMPTS`` for the
+placeholders each must contain.
+
+## Version history
+- v0: initial release.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srpo_envs.event_env import EventEnv, EventOutcome
+from srpo_envs.grading import answers_match, extract_answer
+from srpo_envs.math_tasks import MathTask, check_levels, generate_task, load_tasks
+from srpo_envs.text import as_data, placeholders, render
+
+WORKFLOWS = ("single", "solve_verify", "parallel")
+
+DEFAULT_PROMPTS: dict[str, str] = {
+    "solver": (
+        "You are a math solver. Solve the problem step by step and put the final answer "
+        "in \\boxed{}.\n\nProblem: {question}\n"
+    ),
+    "solver_retry": (
+        "You are a math solver. Solve the problem step by step and put the final answer "
+        "in \\boxed{}.\n\nProblem: {question}\n\nYour previous solution:\n{previous}\n\n"
+        "A verifier rejected it with this feedback:\n{feedback}\n\nWrite a corrected "
+        "solution.\n"
+    ),
+    "verifier": (
+        "You are a math verifier. Check the solution to the problem. If its final answer "
+        "is correct, reply VERDICT: ACCEPT. Otherwise reply VERDICT: REJECT, explain the "
+        "error and give the corrected final answer in \\boxed{}.\n\nProblem: {question}\n\n"
+        "Solution:\n{solution}\n"
+    ),
+    "aggregator": (
+        "You are an aggregator. Several solvers answered the problem below. Compare "
+        "their solutions and write the final answer in \\boxed{}.\n\nProblem: {question}"
+        "\n\n{solutions}\n"
+    ),
+}
+REQUIRED_PLACEHOLDERS = {
+    "solver": {"question"},
+    "solver_retry": {"question", "previous", "feedback"},
+    "verifier": {"question", "solution"},
+    "aggregator": {"question", "solutions"},
+}
+_SOLUTION_SLOT = 64  # room per inserted solution for its "Solution i (agent):" header
+_VERDICT = re.compile(r"VERDICT\s*:\s*(ACCEPT|REJECT)", re.IGNORECASE)
+NO_ANSWER = "(no answer)"
+
+
+@dataclass
+class MathEnvConfig:
+    """Arguments of SRPO-Math-v0; checked on construction."""
+
+    workflow: str = "parallel"
+    """"single", "solve_verify" (division of labor) or "parallel" (co-evolution)."""
+    n_solvers: int = 3
+    """Solvers in the parallel workflow (the size K of its solve event); 1..64."""
+    dataset: str | Path | None = None
+    """None for the embedded generator, a JSONL path (question, answer), or a
+    Hugging Face ``datasets`` name (needs the network and the ``datasets`` package)."""
+    dataset_config: str | None = None
+    """Config name for a ``datasets`` dataset (e.g. "main" for openai/gsm8k)."""
+    dataset_split: str = "test"
+    """Split of a ``datasets`` dataset."""
+    difficulty: int | tuple[int, ...] = 1
+    """Generator level(s) 1-5, see ``srpo_envs.math_tasks``; a tuple mixes levels."""
+    split: str = "train"
+    """Generator stream: "train" or "test" (held-out)."""
+    task_seed: int = 0
+    """Seed of the generator's task stream (the env's ``seed`` picks tasks from it)."""
+    max_rounds: int = 2
+    """Solve/verify rounds in the solve_verify workflow; >= 1."""
+    max_output_chars: int = 4096
+    """Longest agent text consumed; longer texts are clipped."""
+    max_question_chars: int = 8192
+    """Longest question placed in a prompt; longer questions are clipped."""
+    reward_correct: float = 1.0
+    reward_wrong: float = 0.0
+    prompts: Mapping[str, str] = field(default_factory=dict)
+    """Overrides of ``DEFAULT_PROMPTS`` by role."""
+
+    def __post_init__(self) -> None:
+        if self.workflow not in WORKFLOWS:
+            raise ValueError(f"workflow={self.workflow!r}: expected one of {WORKFLOWS}")
+        if not isinstance(self.n_solvers, int) or not 1 <= self.n_solvers <= 64:
+            raise ValueError(f"n_solvers={self.n_solvers!r}: expected an int in 1..64")
+        if not isinstance(self.max_rounds, int) or self.max_rounds < 1:
+            raise ValueError(f"max_rounds={self.max_rounds!r}: expected an int >= 1")
+        for name in ("max_output_chars", "max_question_chars"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 16:
+                raise ValueError(f"{name}={value!r}: expected an int >= 16")
+        if self.split not in ("train", "test"):
+            raise ValueError(f"split={self.split!r}: expected 'train' or 'test'")
+        self.difficulty = check_levels(self.difficulty)
+        unknown = set(self.prompts) - set(DEFAULT_PROMPTS)
+        if unknown:
+            raise ValueError(f"prompts has unknown roles {sorted(unknown)}; expected any of "
+                             f"{sorted(DEFAULT_PROMPTS)}")
+        for role, template in self.prompts.items():
+            lacking = REQUIRED_PLACEHOLDERS[role] - placeholders(template)
+            if not isinstance(template, str) or lacking:
+                raise ValueError(f"prompts[{role!r}] must be a string containing the "
+                                 f"placeholders {sorted(REQUIRED_PLACEHOLDERS[role])}; "
+                                 f"missing {sorted(lacking)}")
+
+
+def parse_verdict(text: str, candidate: str | None) -> tuple[bool, str | None]:
+    """(accepted, corrected answer or None) for a verifier reply; rules in the module doc."""
+    corrected = extract_answer(text) if "\\boxed" in text or "\\fbox" in text else None
+    verdicts = _VERDICT.findall(text)
+    if verdicts:
+        return verdicts[-1].upper() == "ACCEPT", corrected
+    if corrected is not None and corrected != "" and not (
+        candidate is not None and answers_match(corrected, candidate)
+    ):
+        return False, corrected
+    return True, corrected
+
+
+class MathEnv(EventEnv):
+    __doc__ = __doc__
+    metadata = {"name": "srpo_math_v0", "render_modes": ["ansi"], "is_parallelizable": True}
+
+    def __init__(self, seed: int | None = None, render_mode: str | None = None, **kwargs: Any):
+        self.config = config = MathEnvConfig(**kwargs)
+        self.templates = {**DEFAULT_PROMPTS, **config.prompts}
+        if config.workflow == "single":
+            self.possible_agents = ["solver_0"]
+        elif config.workflow == "solve_verify":
+            self.possible_agents = ["solver_0", "verifier_0"]
+        else:
+            self.possible_agents = [f"solver_{i}" for i in range(config.n_solvers)]
+            self.possible_agents.append("aggregator_0")
+        self.roles = {a: a.rsplit("_", 1)[0] for a in self.possible_agents}
+        self._tasks: list[MathTask] | None = None
+        if config.dataset is not None:
+            self._tasks = load_tasks(config.dataset, config.dataset_config,
+                                     config.dataset_split)
+        self.max_output_chars = config.max_output_chars
+        inserted = max(2, config.n_solvers if config.workflow == "parallel" else 1)
+        self.max_prompt_chars = (max(len(t) for t in self.templates.values())
+                                 + config.max_question_chars
+                                 + inserted * (config.max_output_chars + _SOLUTION_SLOT))
+        super().__init__(seed=seed, render_mode=render_mode)
+
+    # -- task source ----------------------------------------------------------------
+    @property
+    def current_task(self) -> MathTask:
+        """The task of the current episode (scripted policies and tests read its answer)."""
+        return self._task
+
+    @property
+    def num_tasks(self) -> int | None:
+        """Tasks in the dataset, or None for the unlimited generator."""
+        return None if self._tasks is None else len(self._tasks)
+
+    def task(self, index: int) -> MathTask:
+        """Task ``index`` of this env's source (for the generator: of its stream)."""
+        if self._tasks is None:
+            return generate_task(index, self.config.difficulty, self.config.task_seed,
+                                 self.config.split)
+        return self._tasks[index % len(self._tasks)]
+
+    def _pick_task(self, options: Mapping[str, Any]) -> MathTask:
+        if "task" in options:
+            task = options["task"]
+            if not isinstance(task, MathTask):
+                raise TypeError(f"options['task'] is a {type(task).__name__}; expected MathTask")
+            return task
+        if "task_index" in options:
+            index = options["task_index"]
+            if not isinstance(index, int) or index < 0:
+                raise ValueError(f"options['task_index']={index!r}: expected an int >= 0")
+            return self.task(index)
+        limit = 2**31 if self._tasks is None else len(self._tasks)
+        return self.task(self._rng.randrange(limit))
+
+    # -- the workflows ---------------------------------------------------------------
+    def _begin(self, task: MathTask) -> str:
+        self._task = task
+        self._question = as_data(task.question, self.config.max_question_chars)
+        self._round = 0
+        self._candidate = ""
+        prompt = render(self.templates["solver"], {"question": self._question})
+        solvers = [a for a in self.possible_agents if self.roles[a] == "solver"]
+        self._first_prompts = {a: prompt for a in solvers}
+        return task.task_id
+
+    def _answer_of(self, text: str | None) -> str | None:
+        return extract_answer(text) if text else None
+
+    def _is_correct(self, answer: str | None) -> bool:
+        return bool(answer) and answers_match(answer, self._task.answer)
+
+    def _final(self, event_type: str, answer: str | None, info: dict) -> EventOutcome:
+        correct = self._is_correct(answer)
+        info.update(correct=correct, final_answer=answer, gold=self._task.answer)
+        reward = self.config.reward_correct if correct else self.config.reward_wrong
+        return EventOutcome(event_type, reward=reward, terminated=True, info=info)
+
+    def _consume(self, texts: Mapping[str, str | None]) -> EventOutcome:
+        workflow = self.config.workflow
+        if workflow == "single":
+            answer = self._answer_of(texts["solver_0"])
+            return self._final("solve", answer, {"answer": answer})
+        if workflow == "parallel":
+            if "aggregator_0" in texts:
+                return self._final("aggregate", self._answer_of(texts["aggregator_0"]),
+                                   {"answer": self._answer_of(texts["aggregator_0"])})
+            return self._parallel_solve(texts)
+        if "solver_0" in texts:
+            return self._solve_step(texts["solver_0"])
+        return self._verify_step(texts["verifier_0"])
+
+    def _parallel_solve(self, texts: Mapping[str, str | None]) -> EventOutcome:
+        answers = {agent: self._answer_of(text) for agent, text in texts.items()}
+        member_correct = {agent: self._is_correct(ans) for agent, ans in answers.items()}
+        votes = Counter(a for a in answers.values() if a)
+        majority = max(votes, key=lambda a: (votes[a], -list(answers.values()).index(a)),
+                       default=None)
+        sections = []
+        for i, (agent, text) in enumerate(texts.items(), start=1):
+            body = as_data(text, self.config.max_output_chars) if text else NO_ANSWER
+            sections.append(f"Solution {i} ({agent}):\n{body}")
+        prompt = render(self.templates["aggregator"],
+                        {"question": self._question, "solutions": "\n\n".join(sections)})
+        info = {"member_answers": answers, "member_correct": member_correct,
+                "majority_answer": majority, "correct": self._is_correct(majority)}
+        return EventOutcome("solve", info=info, next_prompts={"aggregator_0": prompt})
+
+    def _solve_step(self, text: str | None) -> EventOutcome:
+        self._candidate = text or ""
+        answer = self._answer_of(text)
+        solution = as_data(text, self.config.max_output_chars) if text else NO_ANSWER
+        prompt = render(self.templates["verifier"],
+                        {"question": self._question, "solution": solution})
+        info = {"answer": answer, "correct": self._is_correct(answer), "round": self._round}
+        return EventOutcome("solve", info=info, next_prompts={"verifier_0": prompt})
+
+    def _verify_step(self, text: str | None) -> EventOutcome:
+        candidate = self._answer_of(self._candidate)
+        accepted, corrected = parse_verdict(text or "", candidate)
+        info: dict[str, Any] = {"verdict": "accept" if accepted else "reject",
+                                "round": self._round,
+                                "candidate_correct": self._is_correct(candidate)}
+        info["verifier_right"] = accepted == info["candidate_correct"]
+        if accepted:
+            return self._final("verify", candidate, info)
+        self._round += 1
+        if self._round >= self.config.max_rounds:
+            return self._final("verify", corrected or candidate, info)
+        feedback = as_data(text or "", self.config.max_output_chars)
+        previous = as_data(self._candidate, self.config.max_output_chars) or NO_ANSWER
+        prompt = render(self.templates["solver_retry"],
+                        {"question": self._question, "previous": previous,
+                         "feedback": feedback})
+        return EventOutcome("verify", info=info, next_prompts={"solver_0": prompt})
+
+
+def parallel_env(**kwargs: Any) -> MathEnv:
+    """The PettingZoo parallel env; keyword arguments as in ``MathEnvConfig`` plus
+    ``seed`` and ``render_mode``."""
+    return MathEnv(**kwargs)

@@ -1,0 +1,472 @@
+"""SRPO-Search-v0: multi-turn search QA by a team of LLM agents.
+
+## Description
+A team answers one question per episode with a retriever over a document corpus. The
+tags are the ones Search-R1 and Dr. MAS users know: an agent writes
+``<search>query</search>`` or ``<answer>text</answer>`` (the first complete tag in its
+text counts) and the env shows results inside ``<information>...</information>``.
+
+- ``"single"``: one agent, multi-turn. Each turn (one event, K = 1) it searches or
+  answers. After ``max_turns`` turns without an answer the episode is truncated with
+  reward 0.
+- ``"parallel"`` (co-evolution): ``n_searchers`` searchers each write a query in one
+  event (K = n_searchers); the env runs them as one batch. The aggregator (K = 1) reads
+  every result and answers, or writes ``<search>note</search>`` to ask for another round
+  (the note is shown to the searchers). ``max_turns`` rounds at most, then truncation.
+- ``"search_answer_verify"`` (division of labor, as in Dr. MAS): each round the searcher
+  writes one query, the answerer reads everything gathered and answers, and the
+  verifier writes ``<verdict>accept</verdict>`` or ``<verdict>reject</verdict>`` with
+  feedback for the next round. Without a verdict tag the answer is accepted. A
+  rejection in the last of ``max_turns`` rounds leaves the answer standing.
+
+## Observation
+Per agent a string: its prompt when due (role instructions, the question, the history
+of queries and ``<information>`` blocks), otherwise a not-your-turn note. Retrieved text
+is environment text: ``infos[agent]["prompt_segments"]`` splits each due prompt into
+``("prompt", text)`` and ``("env", text)`` pieces (their concatenation is the prompt),
+so a learner that trains on its own history can mask retrieved passages out of the loss.
+Queries and passages are inserted as data: chat-template control tokens and this env's
+own tags inside them are neutralized, so a passage can never close ``<information>``.
+
+## Action
+Per agent a string; rules for missing, ``None``, over-long, mistyped and unknown-agent
+actions in ``srpo_envs.event_env``. A text with no ``<search>``/``<answer>`` tag, or an
+empty query, is an invalid action: no search happens, the turn is used up, the history
+says so and ``info["invalid_agents"]`` names the agent (the defined penalty). Queries are
+clipped to ``max_query_chars``. A retriever failure (a remote server that is down or
+too slow) is reported inside the ``<information>`` block and in
+``info["retrieval_error"]``; the episode goes on.
+
+## Rewards
+``reward_correct`` when the final answer matches any gold alias exactly after SQuAD
+normalization, else ``reward_wrong``; paid at the last event. Every transition's info
+has ``tool_calls`` (queries run in this event), ``retrieved_chars`` and ``turn``; the
+final one has ``correct``, ``em``, ``f1``, ``final_answer``, ``total_tool_calls`` and
+``turns``.
+
+## Episode end
+Terminates on an accepted or final answer; truncated after ``max_turns`` turns (single)
+or rounds (parallel) without one.
+
+## Arguments
+See ``SearchEnvConfig``. ``retriever`` may also be a ready ``Retriever`` object, so
+many envs can share one index.
+
+## Version history
+- v0: initial release.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srpo_envs.event_env import EventEnv, EventOutcome
+from srpo_envs.qa_metrics import exact_match, f1_score
+from srpo_envs.retrieval import (
+    Corpus,
+    Passage,
+    RetrievalError,
+    Retriever,
+    corpus_from_records,
+    load_corpus,
+    make_retriever,
+)
+from srpo_envs.search_tasks import load_search_tasks
+from srpo_envs.search_world import SearchTask, build_world
+from srpo_envs.text import as_data, neutralize_tags, placeholders, render, to_charset
+
+WORKFLOWS = ("single", "parallel", "search_answer_verify")
+TAGS = ("search", "answer", "information", "verdict")
+_ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
+_VERDICT = re.compile(r"<verdict>\s*(accept|reject)\s*</verdict>", re.IGNORECASE)
+_TITLE_CHARS = 200
+_SLOT = 96  # room for the fixed words around one inserted item
+
+_TOOLS = ("write <search>query</search> to search the document collection (results "
+          "appear between <information> and </information>)")
+DEFAULT_PROMPTS: dict[str, str] = {
+    "agent": (f"Answer the question. You may {_TOOLS}. When you know the answer, write "
+              "<answer>short answer</answer>.\n\nQuestion: {question}\n{history}"),
+    "searcher": ("You search for a team answering the question below. Write one query as "
+                 "<search>query</search>.\n\nQuestion: {question}\n{history}"),
+    "aggregator": ("You lead a team answering the question below. If the information "
+                   "found is enough, write <answer>short answer</answer>; otherwise write "
+                   "<search>what to look for next</search> for another round.\n\n"
+                   "Question: {question}\n{history}"),
+    "answerer": ("Answer the question from the information gathered. Write "
+                 "<answer>short answer</answer>.\n\nQuestion: {question}\n{history}"),
+    "verifier": ("Check the proposed answer against the information gathered. Write "
+                 "<verdict>accept</verdict> if it is supported; otherwise write "
+                 "<verdict>reject</verdict> and say what to search for.\n\nQuestion: "
+                 "{question}\n{history}\nProposed answer: {answer}\n"),
+}
+REQUIRED_PLACEHOLDERS = {role: {"question", "history"} for role in DEFAULT_PROMPTS}
+REQUIRED_PLACEHOLDERS["verifier"] = {"question", "history", "answer"}
+
+
+@dataclass
+class SearchEnvConfig:
+    """Arguments of SRPO-Search-v0; checked on construction."""
+
+    workflow: str = "single"
+    """"single", "parallel" (co-evolution) or "search_answer_verify" (division of labor)."""
+    n_searchers: int = 3
+    """Searchers in the parallel workflow (K of its search event); 1..32."""
+    dataset: str | Path | None = None
+    """None for the generated world, a JSONL path (question, answers), or a ``datasets``
+    name (needs the network and the ``datasets`` package)."""
+    dataset_config: str | None = None
+    dataset_split: str = "validation"
+    corpus: str | Path | None = None
+    """JSONL corpus (id, title, text) for ``dataset``; not needed with a URL retriever."""
+    retriever: Any = "bm25"
+    """"bm25" (bm25s), "rank_bm25", "dense", an http(s) URL of a retrieval server, or a
+    ``Retriever`` object."""
+    retriever_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Extra arguments for ``make_retriever`` (e.g. timeout, retries)."""
+    cache_dir: str | Path | None = None
+    """Index cache (default: $SRPO_CACHE_DIR or ~/.cache/srpo)."""
+    top_k: int = 3
+    """Passages returned per query; 1..20."""
+    max_turns: int = 4
+    """Turns (single) or rounds (parallel, search_answer_verify); 1..32."""
+    split: str = "train"
+    """Generated world's question split: "train" or "test" (disjoint people)."""
+    world_seed: int = 0
+    hops: tuple[int, ...] = (1, 2, 3)
+    """Generated questions to keep, by number of hops."""
+    max_output_chars: int = 2048
+    max_question_chars: int = 1024
+    max_query_chars: int = 512
+    max_passage_chars: int = 600
+    reward_correct: float = 1.0
+    reward_wrong: float = 0.0
+    prompts: Mapping[str, str] = field(default_factory=dict)
+    """Overrides of ``DEFAULT_PROMPTS`` by role."""
+
+    def __post_init__(self) -> None:
+        if self.workflow not in WORKFLOWS:
+            raise ValueError(f"workflow={self.workflow!r}: expected one of {WORKFLOWS}")
+        for name, low, high in (("n_searchers", 1, 32), ("top_k", 1, 20), ("max_turns", 1, 32),
+                                ("max_output_chars", 16, 10**6), ("max_question_chars", 16, 10**6),
+                                ("max_query_chars", 8, 10**5), ("max_passage_chars", 16, 10**5)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                raise ValueError(f"{name}={value!r}: expected an int in {low}..{high}")
+        if self.split not in ("train", "test"):
+            raise ValueError(f"split={self.split!r}: expected 'train' or 'test'")
+        self.hops = (self.hops,) if isinstance(self.hops, int) else tuple(self.hops)
+        if not self.hops or not set(self.hops) <= {1, 2, 3}:
+            raise ValueError(f"hops={self.hops!r}: expected a non-empty subset of (1, 2, 3)")
+        if self.dataset is not None and self.corpus is None and not _is_url(self.retriever) \
+                and isinstance(self.retriever, str):
+            raise ValueError(f"dataset={str(self.dataset)!r} needs corpus= (a JSONL of "
+                             f"id/title/text) or an http(s) retriever URL; got corpus=None "
+                             f"and retriever={self.retriever!r}")
+        unknown = set(self.prompts) - set(DEFAULT_PROMPTS)
+        if unknown:
+            raise ValueError(f"prompts has unknown roles {sorted(unknown)}; expected any of "
+                             f"{sorted(DEFAULT_PROMPTS)}")
+        for role, template in self.prompts.items():
+            lacking = REQUIRED_PLACEHOLDERS[role] - placeholders(str(template))
+            if not isinstance(template, str) or lacking:
+                raise ValueError(f"prompts[{role!r}] must be a string containing the "
+                                 f"placeholders {sorted(REQUIRED_PLACEHOLDERS[role])}; "
+                                 f"missing {sorted(lacking)}")
+
+
+def _is_url(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith(("http://", "https://"))
+
+
+def parse_action(text: str | None) -> tuple[str, str] | None:
+    """("search" | "answer", content) from the first complete tag, or None."""
+    match = _ACTION.search(text or "")
+    return (match.group(1).lower(), match.group(2).strip()) if match else None
+
+
+class SearchEnv(EventEnv):
+    __doc__ = __doc__
+    metadata = {"name": "srpo_search_v0", "render_modes": ["ansi"], "is_parallelizable": True}
+
+    def __init__(self, seed: int | None = None, render_mode: str | None = None, **kwargs: Any):
+        self.config = config = SearchEnvConfig(**kwargs)
+        self.templates = {**DEFAULT_PROMPTS, **config.prompts}
+        if config.workflow == "single":
+            self.possible_agents = ["agent_0"]
+        elif config.workflow == "parallel":
+            self.possible_agents = [f"searcher_{i}" for i in range(config.n_searchers)]
+            self.possible_agents.append("aggregator_0")
+        else:
+            self.possible_agents = ["searcher_0", "answerer_0", "verifier_0"]
+        self.roles = {a: a.rsplit("_", 1)[0] for a in self.possible_agents}
+        self._tasks, corpus = self._load_source()
+        self.corpus: Corpus | None = corpus
+        self._titles = dict(zip(corpus.ids, corpus.titles, strict=True)) if corpus else {}
+        self.retriever = self._make_retriever(corpus)
+        self.max_output_chars = config.max_output_chars
+        self.max_prompt_chars = self._prompt_bound()
+        super().__init__(seed=seed, render_mode=render_mode)
+
+    # -- construction --------------------------------------------------------------------
+    def _load_source(self) -> tuple[list[SearchTask], Corpus | None]:
+        config = self.config
+        if config.dataset is None:
+            world = build_world(config.world_seed)
+            tasks = [t for t in world.tasks[config.split] if t.meta["hops"] in config.hops]
+            return tasks, corpus_from_records(world.documents)
+        tasks = load_search_tasks(config.dataset, config.dataset_config, config.dataset_split)
+        return tasks, load_corpus(config.corpus) if config.corpus is not None else None
+
+    def _make_retriever(self, corpus: Corpus | None) -> Retriever:
+        spec = self.config.retriever
+        if not isinstance(spec, str):
+            if not callable(getattr(spec, "search", None)):
+                raise TypeError(f"retriever={spec!r}: expected a backend name, a URL or an "
+                                f"object with search(queries, k)")
+            return spec
+        return make_retriever(spec, None if _is_url(spec) else corpus,
+                              cache_dir=self.config.cache_dir, **dict(self.config.retriever_kwargs))
+
+    def _prompt_bound(self) -> int:
+        c = self.config
+        passage = _TITLE_CHARS + c.max_passage_chars + _SLOT
+        query_block = c.max_query_chars + c.top_k * passage + _SLOT
+        queries_per_round = c.n_searchers if c.workflow == "parallel" else 1
+        notes = 2 * (c.max_output_chars + _SLOT)  # a lead's note or a verifier's feedback
+        round_block = queries_per_round * query_block + notes
+        return (max(len(t) for t in self.templates.values()) + c.max_question_chars
+                + c.max_turns * round_block + c.max_output_chars + _SLOT)
+
+    # -- tasks -----------------------------------------------------------------------------
+    @property
+    def num_tasks(self) -> int:
+        return len(self._tasks)
+
+    def task(self, index: int) -> SearchTask:
+        return self._tasks[index % len(self._tasks)]
+
+    @property
+    def current_task(self) -> SearchTask:
+        return self._task
+
+    def title_of(self, doc_id: str) -> str | None:
+        """Title of a corpus document (oracle policies search supporting titles)."""
+        return self._titles.get(doc_id)
+
+    def _pick_task(self, options: Mapping[str, Any]) -> SearchTask:
+        if "task" in options:
+            if not isinstance(options["task"], SearchTask):
+                raise TypeError(f"options['task'] is a {type(options['task']).__name__}; "
+                                f"expected SearchTask")
+            return options["task"]
+        if "task_index" in options:
+            index = options["task_index"]
+            if not isinstance(index, int) or index < 0:
+                raise ValueError(f"options['task_index']={index!r}: expected an int >= 0")
+            return self.task(index)
+        return self.task(self._rng.randrange(len(self._tasks)))
+
+    # -- prompts -----------------------------------------------------------------------------
+    def _begin(self, task: SearchTask) -> str:
+        self._task = task
+        self._question = as_data(task.question, self.config.max_question_chars)
+        self._history: list[tuple[str, str]] = []  # (kind, text): kind "prompt" or "env"
+        self._turn = 0
+        self._tool_calls = 0
+        self._answer = ""
+        self._first_prompts = self._prompts_for(self._first_due())
+        return task.task_id
+
+    def _first_due(self) -> list[str]:
+        return [a for a in self.possible_agents if self.roles[a] in ("agent", "searcher")]
+
+    def _segments(self, agent: str) -> list[tuple[str, str]]:
+        template = self.templates[self.roles[agent]]
+        head, _, tail = template.partition("{history}")
+        values = {"question": self._question, "answer": as_data(self._answer, 400)}
+        segments = [("prompt", render(head, values)), *self._history,
+                    ("prompt", render(tail, values))]
+        return [(kind, to_charset(text)) for kind, text in segments if text]
+
+    def _prompts_for(self, agents: list[str]) -> dict[str, str]:
+        return {a: "".join(text for _, text in self._segments(a)) for a in agents}
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        observations, infos = super().reset(seed=seed, options=options)
+        self._attach_segments(infos)
+        return observations, infos
+
+    def step(self, actions):
+        result = super().step(actions)
+        self._attach_segments(result[4])
+        return result
+
+    def _attach_segments(self, infos: dict[str, dict]) -> None:
+        for agent in self.due_agents:
+            infos[agent]["prompt_segments"] = self._segments(agent)
+
+    # -- retrieval ---------------------------------------------------------------------------
+    def _clean(self, text: str, limit: int) -> str:
+        return neutralize_tags(as_data(text, limit), TAGS)
+
+    def _format_passages(self, passages: list[Passage]) -> str:
+        c = self.config
+        return "\n".join(
+            f"Doc {i} (Title: {self._clean(p.title, _TITLE_CHARS)}) "
+            f"{self._clean(p.text, c.max_passage_chars)}"
+            for i, p in enumerate(passages, start=1))
+
+    def _run_queries(self, queries: dict[str, str]) -> tuple[dict[str, str], dict[str, Any]]:
+        """Retrieve for every agent's query in one batch; (information text per agent, info)."""
+        info: dict[str, Any] = {"tool_calls": len(queries), "retrieved_chars": 0}
+        if not queries:
+            return {}, info
+        try:
+            results = self.retriever.search(list(queries.values()), self.config.top_k)
+        except RetrievalError as err:
+            info["retrieval_error"] = str(err)
+            return {a: f"retrieval failed: {self._clean(str(err), 300)}" for a in queries}, info
+        out = {}
+        for agent, passages in zip(queries, results, strict=True):
+            out[agent] = self._format_passages(passages) or "no results"
+            info["retrieved_chars"] += sum(len(p.text) for p in passages)
+            info.setdefault("retrieved_ids", {})[agent] = [p.id for p in passages]
+        self._tool_calls += len(queries)
+        return out, info
+
+    def _record_search(self, label: str, query: str | None, information: str | None) -> None:
+        if query is None:
+            self._history.append(("prompt", f"\n{label}: (no valid query; write "
+                                             f"<search>query</search>)\n"))
+            return
+        shown = self._clean(query, self.config.max_query_chars)
+        self._history.append(("prompt", f"\n{label}<search>{shown}</search>\n"))
+        self._history.append(("env", f"<information>{information}</information>\n"))
+
+    # -- events ------------------------------------------------------------------------------
+    def _final(self, event_type: str, answer: str | None, info: dict) -> EventOutcome:
+        answer = answer or ""
+        golds = self._task.answers
+        correct = bool(answer) and exact_match(answer, golds)
+        info.update(correct=correct, em=correct, f1=f1_score(answer, golds) if answer else 0.0,
+                    final_answer=answer, gold=list(golds), total_tool_calls=self._tool_calls,
+                    turns=self._turn + 1)
+        reward = self.config.reward_correct if correct else self.config.reward_wrong
+        return EventOutcome(event_type, reward=reward, terminated=True, info=info)
+
+    def _out_of_turns(self, event_type: str, info: dict) -> EventOutcome:
+        info.update(correct=False, em=False, f1=0.0, final_answer=None,
+                    total_tool_calls=self._tool_calls, turns=self._turn + 1)
+        return EventOutcome(event_type, reward=self.config.reward_wrong, truncated=True,
+                            info=info)
+
+    def _consume(self, texts: Mapping[str, str | None]) -> EventOutcome:
+        workflow = self.config.workflow
+        if workflow == "single":
+            return self._single_turn(texts["agent_0"])
+        if workflow == "parallel":
+            if "aggregator_0" in texts:
+                return self._aggregate(texts["aggregator_0"])
+            return self._parallel_search(texts)
+        if "searcher_0" in texts:
+            return self._dol_search(texts["searcher_0"])
+        if "answerer_0" in texts:
+            return self._dol_answer(texts["answerer_0"])
+        return self._dol_verify(texts["verifier_0"])
+
+    def _valid_queries(self, texts: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
+        queries, invalid = {}, []
+        for agent, text in texts.items():
+            action = parse_action(text)
+            if action and action[0] == "search" and action[1]:
+                queries[agent] = action[1][: self.config.max_query_chars]
+            else:
+                invalid.append(agent)
+        return queries, invalid
+
+    def _next_turn(self, event_type: str, info: dict, due: list[str]) -> EventOutcome:
+        if self._turn + 1 >= self.config.max_turns:
+            return self._out_of_turns(event_type, info)
+        self._turn += 1
+        return EventOutcome(event_type, info=info, next_prompts=self._prompts_for(due))
+
+    def _single_turn(self, text: str | None) -> EventOutcome:
+        action = parse_action(text)
+        if action and action[0] == "answer":
+            return self._final("answer", action[1], {"tool_calls": 0, "retrieved_chars": 0,
+                                                     "turn": self._turn})
+        queries, invalid = self._valid_queries({"agent_0": text})
+        results, info = self._run_queries(queries)
+        info.update(turn=self._turn, queries=dict(queries))
+        if invalid:
+            info["invalid_agents"] = invalid
+        self._record_search("", queries.get("agent_0"), results.get("agent_0"))
+        return self._next_turn("search", info, ["agent_0"])
+
+    def _parallel_search(self, texts: Mapping[str, str | None]) -> EventOutcome:
+        queries, invalid = self._valid_queries(texts)
+        results, info = self._run_queries(queries)
+        info.update(turn=self._turn, queries=dict(queries))
+        if invalid:
+            info["invalid_agents"] = invalid
+        self._history.append(("prompt", f"\nRound {self._turn + 1}:"))
+        for agent in texts:
+            self._record_search(f"{agent} ", queries.get(agent), results.get(agent))
+        return EventOutcome("search", info=info,
+                            next_prompts=self._prompts_for(["aggregator_0"]))
+
+    def _aggregate(self, text: str | None) -> EventOutcome:
+        action = parse_action(text)
+        info: dict[str, Any] = {"tool_calls": 0, "retrieved_chars": 0, "turn": self._turn}
+        if action and action[0] == "answer":
+            return self._final("aggregate", action[1], info)
+        if action is None:
+            info["invalid_agents"] = ["aggregator_0"]
+        note = self._clean(action[1], self.config.max_output_chars) if action else ""
+        self._history.append(("prompt", f"\nThe lead asks for another round: {note}\n"))
+        return self._next_turn("aggregate", info, self._first_due())
+
+    def _dol_search(self, text: str | None) -> EventOutcome:
+        queries, invalid = self._valid_queries({"searcher_0": text})
+        results, info = self._run_queries(queries)
+        info.update(turn=self._turn, queries=dict(queries))
+        if invalid:
+            info["invalid_agents"] = invalid
+        self._record_search("", queries.get("searcher_0"), results.get("searcher_0"))
+        return EventOutcome("search", info=info, next_prompts=self._prompts_for(["answerer_0"]))
+
+    def _dol_answer(self, text: str | None) -> EventOutcome:
+        action = parse_action(text)
+        info: dict[str, Any] = {"tool_calls": 0, "retrieved_chars": 0, "turn": self._turn}
+        if action and action[0] == "answer":
+            self._answer = action[1]
+            info["answer"] = action[1]
+            info["correct"] = bool(action[1]) and exact_match(action[1], self._task.answers)
+        else:
+            self._answer = ""
+            info["invalid_agents"] = ["answerer_0"]
+        return EventOutcome("answer", info=info, next_prompts=self._prompts_for(["verifier_0"]))
+
+    def _dol_verify(self, text: str | None) -> EventOutcome:
+        verdicts = _VERDICT.findall(text or "")
+        accepted = not verdicts or verdicts[-1].lower() == "accept"
+        info: dict[str, Any] = {"tool_calls": 0, "retrieved_chars": 0, "turn": self._turn,
+                                "verdict": "accept" if accepted else "reject"}
+        if accepted or self._turn + 1 >= self.config.max_turns:
+            return self._final("verify", self._answer, info)
+        feedback = self._clean(_VERDICT.sub("", text or ""), self.config.max_output_chars)
+        self._history.append(("prompt", f"\nA verifier rejected the answer "
+                                        f"{self._clean(self._answer, 400)!r}: {feedback}\n"))
+        self._answer = ""
+        return self._next_turn("verify", info, ["searcher_0"])
+
+
+def parallel_env(**kwargs: Any) -> SearchEnv:
+    """The PettingZoo parallel env; keyword arguments as in ``SearchEnvConfig`` plus
+    ``seed`` and ``render_mode``."""
+    return SearchEnv(**kwargs)

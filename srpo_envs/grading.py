@@ -1,0 +1,605 @@
+"""Math answer grading: pull the final answer out of a model's text and decide whether it
+is equivalent to a gold answer.
+
+``grade(text, gold)`` is ``extract_answer`` followed by ``answers_match``. Design choices:
+
+* Two tiers. A pure-Python fast path decides what it can decide exactly and cheaply:
+  normalized string equality, multiple-choice letters, numbers (exact ``Fraction``
+  arithmetic over thousands separators, ``$``, ``%``, ``\\frac``, unit words in
+  ``\\text{}``) and tuples, intervals and sets of numbers. Everything else (radicals,
+  ``\\pi``, expressions, equations, a tuple against a set) goes to math-verify. Integers
+  and fractions must be equal exactly; once a decimal is involved both sides are
+  rounded to 6 places first, as math-verify does. A percentage matches its number
+  either as written or divided by 100 (``50\\%`` matches ``50`` and ``0.5``).
+* math-verify runs in a worker process. Sympy can spend minutes inside one C call
+  (``9^{9^{9^{9^9}}}``) and nothing can interrupt that in-thread; math-verify's own
+  guard is SIGALRM, which only works on the main thread. So its timeouts are off and
+  the caller kills the worker when the deadline passes: ``Grade(False, ..., "timeout")``.
+  The same verdict covers a worker that died (e.g. hit its memory cap).
+* Workers are forked from a zygote: a helper interpreter that loads this file by path
+  (not the ``srpo_envs`` package, so it imports nothing else and never re-runs the
+  caller's ``__main__``), imports math-verify and warms its caches. A fork of it is
+  ready in milliseconds, so replacing a killed worker is cheap, and each concurrent
+  caller takes its own worker from a pool instead of queueing behind a slow answer.
+  The zygote starts on first need (about 1-2 s; call ``warm_up()`` to pay that early);
+  the time spent obtaining a worker is not counted against a call's deadline.
+* No leaked processes: the zygote and idle workers exit when their socket to the caller
+  closes, a busy worker kills itself (SIGALRM, default action) one second after its
+  budget, and an atexit hook kills everything. A worker's address space is capped so a
+  runaway sympy allocation fails fast instead of exhausting the host.
+* Caps: answers and golds longer than ``MAX_ANSWER_CHARS`` are graded wrong
+  ("too_long") without being parsed. Extraction is linear: the last box is found with
+  ``rfind``, its closing brace with C-speed byte scans, the fallback number with one
+  regex match on the reversed text; a 1 MB output takes well under 0.1 s.
+* Model output is only matched with regexes, converted with ``Fraction`` or handed to
+  math-verify as a string; it is never evaluated.
+"""
+
+import atexit
+import operator
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from itertools import accumulate, repeat
+from multiprocessing.connection import Connection
+
+__all__ = ["MAX_ANSWER_CHARS", "Grade", "answers_match", "extract_answer", "grade", "warm_up"]
+
+MAX_ANSWER_CHARS = 1000
+_MAX_ELEMENTS = 64  # larger tuples/sets go to math-verify: the fast set check is quadratic
+_WORKER_MEMORY_BYTES = 4 << 30  # on top of what the zygote already maps
+_WORKER_GRACE_S = 1.0
+_STARTUP_TIMEOUT_S = 120.0
+_MAX_IDLE_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class Grade:
+    correct: bool
+    extracted: str | None
+    method: str  # exact | numeric | structure | math_verify | no_answer | too_long | timeout
+
+
+# --- extraction ------------------------------------------------------------------------
+
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+_SPACES = re.compile(r"\s*")
+# "\boxed 5" / "\boxed \frac12": one run of commands and plain characters.
+_BARE_ARGUMENT = re.compile(r"(?:\\[A-Za-z]+|[^\s$\\{}])*")
+# Per byte: "{" -> 2, "}" -> 0, anything else -> 1; minus one gives the depth step.
+_BRACE_STEP = bytes(2 if b == ord("{") else 0 if b == ord("}") else 1 for b in range(256))
+_DIGIT = re.compile(r"[0-9]")
+# The fallback number, read backwards from the text's last digit. Forwards it is
+# [-](123 | 1,234,567)[.5][/4], the integer part optional before a decimal point; a
+# minus right after a word or closing bracket is subtraction, not a sign.
+_INT_REVERSED = r"(?:[0-9]{3},)+[0-9]{1,3}(?![0-9])|[0-9]+"
+_NUMBER_REVERSED = re.compile(
+    rf"(?:[0-9]+/)?(?:[0-9]+\.(?:{_INT_REVERSED})?|{_INT_REVERSED})(?:-(?![\w)\]}}]))?"
+)
+
+
+def _brace_depths(s: str) -> tuple[bytes, Iterator[int]]:
+    """``s`` as UTF-8 and a lazy running brace depth after each byte.
+
+    Escaped braces and ``\\\\`` do not open or close groups. Bytes are safe because UTF-8
+    never puts an ASCII byte inside a multi-byte character, and replace/translate plus
+    accumulate run at C speed, which keeps a 1 MB scan near 50 ms.
+    """
+    raw = s.encode("utf-8", "surrogatepass")
+    plain = raw.replace(b"\\\\", b"  ").replace(b"\\{", b"  ").replace(b"\\}", b"  ")
+    return raw, accumulate(map(operator.sub, plain.translate(_BRACE_STEP), repeat(1)))
+
+
+def _balanced(s: str) -> bool:
+    depths = list(_brace_depths(s)[1])
+    return not depths or (min(depths) >= 0 and depths[-1] == 0)
+
+
+def _last_box(text: str) -> int:
+    """Index just past the last ``\\boxed``/``\\fbox`` command, or -1."""
+    best = -1
+    for command in _BOX_COMMANDS:
+        end = len(text)
+        while (i := text.rfind(command, 0, end)) >= 0:
+            after = i + len(command)
+            follower = text[after : after + 1]
+            if not (follower.isascii() and follower.isalpha()):  # else e.g. "\boxedsymbol"
+                best = max(best, after)
+                break
+            end = i
+    return best
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer in ``text``.
+
+    The content of the last ``\\boxed{...}``/``\\fbox{...}`` (brace-matched; the
+    brace-less ``\\boxed 5`` takes the following run of characters). An empty last box,
+    or one never closed because the output was cut off inside it, gives ``""``: an
+    answer was attempted but there is none to grade. Without a box, the last number
+    (``-3``, ``1,234,567``, ``3.5``, ``3/4``); with neither, ``None``.
+    """
+    start = _last_box(text)
+    if start >= 0:
+        start = _SPACES.match(text, start).end()
+        if not text.startswith("{", start):
+            return _BARE_ARGUMENT.match(text, start).group().rstrip(".,;:")
+        raw, depths = _brace_depths(text[start:])
+        try:
+            close = operator.indexOf(depths, 0)
+        except ValueError:
+            return ""
+        return raw[1:close].decode("utf-8", "surrogatepass").strip()
+    reversed_text = text[::-1]
+    digit = _DIGIT.search(reversed_text)
+    if digit is None:
+        return None
+    number = _NUMBER_REVERSED.match(reversed_text, digit.start())
+    return text[len(text) - number.end() : len(text) - number.start()]
+
+
+# --- fast path -------------------------------------------------------------------------
+
+_DELIMITERS = re.compile(r"^\\[\[(]|\\[\])]$")
+_DOLLAR = re.compile(r"\\?\$")
+_THIN_SPACE = re.compile(r"\\[!,]")  # removed outright: "1,\!000" and "10\,000" are numbers
+_WIDE_SPACE = re.compile(r"\\(?:q?quad|displaystyle)(?![A-Za-z])|\\[;: ]|~")
+_LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![A-Za-z])\.?")
+_FRAC_VARIANT = re.compile(r"\\[dt]frac(?![A-Za-z])")
+_FRAC_DIGITS = re.compile(r"\\frac\s*([0-9])\s*([0-9])")
+_SQRT_DIGIT = re.compile(r"\\sqrt\s*([0-9])")
+_DEGREES = re.compile(r"\^\s*(?:\{\s*\\circ\s*\}|\\circ)|°|\\degree(?![A-Za-z])")
+# A number followed only by one or two words in \text{}: a unit ("12\text{ cm}^2").
+_UNIT_SUFFIX = re.compile(
+    r"(.*[0-9%)}.])\s*\\(?:text|textrm|mbox)\s*\{\s*([A-Za-z]+(?:\s+[A-Za-z]+)?)\s*\.?\s*\}"
+    r"(?:\^\{?[23]\}?)?"
+)
+_NOT_UNITS = frozenset({"and", "or", "not", "no", "more", "less", "than", "only"})
+_TEXT_WRAPPER = re.compile(
+    r"\\(?:text|textbf|textit|textrm|textsf|textnormal|mathrm|mathbf|mathit|mbox)\s*"
+    r"\{([^{}]*)\}"
+)
+_SPACE_RUN = re.compile(r"\s+")
+_SPACE_AT_SYMBOL = re.compile(r" ?([^A-Za-z0-9 ,]) ?")
+# A space after a comma is kept so that "1, 234" stays a list while "1,234" is a number.
+_SPACE_AT_COMMA = re.compile(r" ?,( ?)")
+_LETTER = re.compile(r"\(?([A-Z])\)?")
+_DECIMAL = r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+"
+_SCALAR = re.compile(
+    rf"(?P<sign>[-+]?)(?:(?P<num>{_DECIMAL})(?:/(?P<den>{_DECIMAL}))?"
+    rf"|\\frac\{{(?P<fnum>[-+]?(?:{_DECIMAL}))\}}\{{(?P<fden>[-+]?(?:{_DECIMAL}))\}})"
+    r"(?P<pct>%?)"
+)
+
+
+@dataclass(frozen=True)
+class _Scalar:
+    value: Fraction
+    inexact: bool  # written with a decimal point
+    percent: bool
+
+
+@dataclass(frozen=True)
+class _Form:
+    """What the fast path knows about one answer string."""
+
+    key: str  # normalized text, compared for "exact"
+    letter: str | None
+    scalar: _Scalar | None
+    structure: tuple[str, tuple[_Scalar, ...]] | None  # ("set" | "()" | "[)" | ..., elements)
+
+
+def _normalize(s: str) -> str:
+    s = _DELIMITERS.sub("", s.strip())
+    s = _DOLLAR.sub("", s)
+    s = _THIN_SPACE.sub("", s)
+    s = _WIDE_SPACE.sub(" ", s)
+    s = _LEFT_RIGHT.sub("", s)
+    s = _FRAC_VARIANT.sub(r"\\frac", s)
+    s = _FRAC_DIGITS.sub(r"\\frac{\1}{\2}", s)
+    s = _SQRT_DIGIT.sub(r"\\sqrt{\1}", s)
+    s = _DEGREES.sub("", s)
+    s = s.replace("{,}", ",").replace("\\%", "%").replace("\u2212", "-")
+    unit = _UNIT_SUFFIX.fullmatch(s.strip())
+    if unit and not _NOT_UNITS.intersection(unit[2].lower().split()):
+        s = unit[1]
+    for _ in range(3):  # nested wrappers such as \textbf{\text{(B)}}
+        s = _TEXT_WRAPPER.sub(r"\1", s)
+    s = _SPACE_RUN.sub(" ", s).strip()
+    s = _SPACE_AT_SYMBOL.sub(r"\1", s)
+    s = _SPACE_AT_COMMA.sub(r",\1", s)
+    return s.rstrip(".").strip()
+
+
+def _parse_scalar(s: str) -> _Scalar | None:
+    m = _SCALAR.fullmatch(s)
+    if m is None:
+        return None
+    num, den = (m["num"], m["den"] or "1") if m["num"] else (m["fnum"], m["fden"])
+    try:
+        value = Fraction(num.replace(",", "")) / Fraction(den.replace(",", ""))
+    except ZeroDivisionError:
+        return None
+    return _Scalar(-value if m["sign"] == "-" else value, "." in m[0], bool(m["pct"]))
+
+
+def _split_top_level(s: str) -> list[str] | None:
+    """``s`` split at commas outside brackets; None if its brackets do not nest."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(s):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth < 0:
+                return None
+        elif ch == "," and depth == 0:
+            parts.append(s[start:i].strip())
+            start = i + 1
+    parts.append(s[start:].strip())
+    return parts if depth == 0 else None
+
+
+def _parse_structure(s: str) -> tuple[str, tuple[_Scalar, ...]] | None:
+    if len(s) >= 4 and s.startswith("\\{") and s.endswith("\\}"):
+        kind, inner = "set", s[2:-2]
+    elif len(s) >= 2 and s[0] in "([" and s[-1] in ")]":
+        kind, inner = s[0] + s[-1], s[1:-1]
+    elif "," in s:  # a bare list of solutions: order does not matter
+        kind, inner = "set", s
+    else:
+        return None
+    parts = _split_top_level(inner)
+    if parts is None or len(parts) > _MAX_ELEMENTS:
+        return None
+    elements = tuple(_parse_scalar(part) for part in parts)
+    return None if any(e is None for e in elements) else (kind, elements)
+
+
+@lru_cache(maxsize=8192)  # golds repeat across a group of samples
+def _analyze(answer: str) -> _Form:
+    text = _normalize(answer)
+    letter = _LETTER.fullmatch(text)
+    return _Form(
+        key=text.replace(", ", ","),
+        letter=letter[1] if letter else None,
+        scalar=_parse_scalar(text),
+        structure=_parse_structure(text),
+    )
+
+
+def _close(x: Fraction, y: Fraction, inexact: bool) -> bool:
+    return x == y or (inexact and round(x, 6) == round(y, 6))
+
+
+def _scalar_eq(a: _Scalar, b: _Scalar) -> bool:
+    inexact = a.inexact or b.inexact
+    if _close(a.value, b.value, inexact):
+        return True
+    if a.percent == b.percent:
+        return False
+    if a.percent:
+        return _close(a.value / 100, b.value, inexact)
+    return _close(a.value, b.value / 100, inexact)
+
+
+def _same_set(xs: tuple[_Scalar, ...], ys: tuple[_Scalar, ...]) -> bool:
+    return all(any(_scalar_eq(x, y) for y in ys) for x in xs) and all(
+        any(_scalar_eq(x, y) for x in xs) for y in ys
+    )
+
+
+def _decide(pred: _Form, gold: _Form) -> tuple[bool, str] | None:
+    """The fast path's verdict and method, or None to ask math-verify."""
+    if pred.key == gold.key:
+        return True, "exact"
+    if gold.letter:
+        return pred.letter == gold.letter, "exact"
+    if pred.scalar and gold.scalar:
+        return _scalar_eq(pred.scalar, gold.scalar), "numeric"
+    if pred.structure and gold.structure:
+        (pred_kind, pred_items), (gold_kind, gold_items) = pred.structure, gold.structure
+        if pred_kind == gold_kind == "set":
+            return _same_set(pred_items, gold_items), "structure"
+        if pred_kind == gold_kind:
+            same = len(pred_items) == len(gold_items) and all(
+                map(_scalar_eq, pred_items, gold_items)
+            )
+            return same, "structure"
+        if "set" not in (pred_kind, gold_kind):  # different brackets: [0,1) vs (0,1]
+            return False, "structure"
+    return None
+
+
+_UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
+
+
+def _match(pred: str, gold: str, deadline: float) -> tuple[bool, str]:
+    pred, gold = pred.strip(), gold.strip()
+    if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+        return False, "too_long"
+    pred_form = _analyze(pred)
+    if not pred_form.key:
+        return False, "no_answer"
+    decided = _decide(pred_form, _analyze(gold))
+    if decided:
+        return decided
+    # math-verify sees the answer wrapped in \boxed{...}; a stray brace would let part of
+    # it escape the box and be graded on its own.
+    if not (_balanced(pred) and _balanced(gold)):
+        return False, "exact"
+    verdict = _POOL.verify(_UNESCAPED_DOLLAR.sub("", pred), gold, deadline)
+    return (False, "timeout") if verdict is None else (verdict, "math_verify")
+
+
+def answers_match(pred: str, gold: str, *, timeout: float = 1.0) -> bool:
+    """Whether the extracted answer ``pred`` is equivalent to ``gold``, within ``timeout`` s."""
+    return _match(pred, gold, time.monotonic() + timeout)[0]
+
+
+def grade(text: str, gold: str, *, timeout: float = 1.0) -> Grade:
+    """Extract the final answer from ``text`` and compare it with ``gold``.
+
+    Returns within ``timeout`` seconds of work on any input (the one-off worker start-up
+    excepted, see the module docstring); past it the grade is wrong with method "timeout".
+    """
+    deadline = time.monotonic() + timeout
+    extracted = extract_answer(text)
+    if not extracted:
+        return Grade(False, extracted, "no_answer")
+    correct, method = _match(extracted, gold, deadline)
+    return Grade(correct, extracted, method)
+
+
+def warm_up() -> None:
+    """Start the math-verify zygote and one worker now rather than on first need."""
+    _POOL.warm_up()
+
+
+# --- math-verify workers ---------------------------------------------------------------
+
+_ZYGOTE_BOOT = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('_srpo_grading_zygote', sys.argv[1])\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "sys.modules[spec.name] = module\n"
+    "spec.loader.exec_module(module)\n"
+    "module._zygote_main(int(sys.argv[2]))\n"
+)
+# Parsed once in the zygote so every forked worker starts with math-verify's lazy parser
+# state and caches already built.
+_WARM_UP_PAIRS = (
+    ("\\frac{1}{2}", "0.5"),
+    ("\\left(1, \\sqrt{2}\\right)", "(1,2^{1/2})"),
+    ("\\{1,2\\}", "\\{2,1\\}"),
+    ("[0,1)", "(0,1]"),
+    ("x=5", "5"),
+    ("\\text{(B)}", "B"),
+    ("2\\pi", "\\pi+\\pi"),
+)
+
+
+def _verify_in_worker(pred: str, gold: str) -> bool:
+    from math_verify import parse, verify
+
+    gold_parsed = parse(f"\\boxed{{{gold}}}", parsing_timeout=None)
+    pred_parsed = parse(f"\\boxed{{{pred}}}", parsing_timeout=None)
+    return bool(gold_parsed and pred_parsed) and verify(
+        gold_parsed, pred_parsed, timeout_seconds=None
+    )
+
+
+def _zygote_main(fd: int) -> None:
+    import logging
+
+    # Its "timeout is disabled" warning is expected: the caller enforces the deadline.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    for pred, gold in _WARM_UP_PAIRS:
+        _verify_in_worker(pred, gold)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps exited workers
+    sock = socket.socket(fileno=fd)
+    sock.sendall(b"R")
+    while sock.recv(1):  # b"" once the caller has gone
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                sock.close()
+                ours.close()
+                _worker_main(theirs)
+            finally:
+                os._exit(0)  # never fall back into the zygote's loop
+        theirs.close()
+        socket.send_fds(sock, [pid.to_bytes(8, "little")], [ours.fileno()])
+        ours.close()
+
+
+def _worker_main(sock: socket.socket) -> None:
+    import resource
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    with open("/proc/self/statm") as statm:
+        mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limit = mapped + _WORKER_MEMORY_BYTES
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    conn = Connection(sock.detach())
+    while True:
+        try:
+            pred, gold, budget = conn.recv()
+        except EOFError:
+            return
+        # SIGALRM's default action ends the process even inside a C call, so a worker
+        # whose caller died cannot keep computing.
+        signal.setitimer(signal.ITIMER_REAL, budget + _WORKER_GRACE_S)
+        try:
+            verdict = _verify_in_worker(pred, gold)
+        except Exception:  # MemoryError, RecursionError, sympy internals: not equivalent
+            verdict = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        conn.send(verdict)
+
+
+@dataclass(eq=False)
+class _Worker:
+    conn: Connection
+    pid: int
+    pidfd: int | None  # kills the right process even after its pid is reused
+
+    def close(self) -> None:
+        self.conn.close()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+    def kill(self) -> None:
+        try:
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            else:
+                os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.close()
+
+
+class _WorkerPool:
+    """Forks math-verify workers from a zygote and lends one to each concurrent call."""
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._forget)
+        atexit.register(self.close)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._zygote: subprocess.Popen | None = None
+        self._zygote_sock: socket.socket | None = None
+        self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
+
+    def _forget(self) -> None:
+        # A forked copy of the caller must not talk to its parent's processes; closing its
+        # copies of the sockets leaves the parent's untouched.
+        for worker in [*self._idle, *self._busy]:
+            worker.close()
+        if self._zygote_sock is not None:
+            self._zygote_sock.close()
+        self._reset()
+
+    def _start_zygote(self) -> None:
+        self._stop_zygote()
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self._zygote = subprocess.Popen(
+                [sys.executable, "-c", _ZYGOTE_BOOT, os.path.abspath(__file__),
+                 str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+            )
+        ours.settimeout(_STARTUP_TIMEOUT_S)
+        try:
+            ready = ours.recv(1)
+        except OSError:
+            ready = b""
+        if ready != b"R":
+            ours.close()
+            self._stop_zygote()
+            raise RuntimeError("the math-verify zygote failed to start (see its stderr)")
+        self._zygote_sock = ours
+
+    def _stop_zygote(self) -> None:
+        if self._zygote_sock is not None:
+            self._zygote_sock.close()
+            self._zygote_sock = None
+        if self._zygote is not None:
+            self._zygote.kill()
+            self._zygote.wait()
+            self._zygote = None
+
+    def _fork(self) -> _Worker:
+        for attempt in range(2):
+            if self._zygote is None or self._zygote.poll() is not None:
+                self._start_zygote()
+            try:
+                self._zygote_sock.sendall(b"F")
+                message, fds, _, _ = socket.recv_fds(self._zygote_sock, 8, 1)
+            except OSError:
+                fds = []
+            if fds:
+                pid = int.from_bytes(message, "little")
+                try:
+                    pidfd = os.pidfd_open(pid)
+                except (AttributeError, OSError):  # not Linux >= 5.3
+                    pidfd = None
+                return _Worker(Connection(fds[0]), pid, pidfd)
+            self._stop_zygote()
+        raise RuntimeError("the math-verify zygote keeps dying")
+
+    def _acquire(self) -> _Worker:
+        with self._lock:
+            worker = self._idle.pop() if self._idle else self._fork()
+            self._busy.add(worker)
+            return worker
+
+    def _release(self, worker: _Worker) -> None:
+        with self._lock:
+            self._busy.discard(worker)
+            if len(self._idle) < _MAX_IDLE_WORKERS:
+                self._idle.append(worker)
+                return
+        worker.close()  # the worker exits on EOF
+
+    def _discard(self, worker: _Worker) -> None:
+        with self._lock:
+            self._busy.discard(worker)
+        worker.kill()
+
+    def warm_up(self) -> None:
+        self._release(self._acquire())
+
+    def verify(self, pred: str, gold: str, deadline: float) -> bool | None:
+        """math-verify's verdict, or None when it cannot give one before ``deadline``."""
+        for _ in range(2):  # an idle worker may have died; only a failed send is retried
+            started = time.monotonic()
+            worker = self._acquire()
+            deadline += time.monotonic() - started
+            budget = deadline - time.monotonic()
+            if budget <= 0:
+                self._release(worker)
+                return None
+            try:
+                worker.conn.send((pred, gold, budget))
+            except OSError:
+                self._discard(worker)
+                continue
+            try:
+                if worker.conn.poll(budget):
+                    verdict = worker.conn.recv()
+                    self._release(worker)
+                    return verdict
+            except (OSError, EOFError):
+                pass
+            self._discard(worker)
+            return None
+        return None
+
+    def close(self) -> None:
+        with self._lock:
+            for worker in [*self._idle, *self._busy]:
+                worker.kill()
+            self._idle.clear()
+            self._busy.clear()
+            self._stop_zygote()
+
+
+_POOL = _WorkerPool()

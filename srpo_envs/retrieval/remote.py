@@ -1,0 +1,181 @@
+"""Client of the HTTP retrieval server that Search-R1 users run
+(``search_r1/search/retrieval_server.py``).
+
+Protocol: ``POST {url}/retrieve`` with ``{"queries": [...], "topk": k,
+"return_scores": true}``; the answer is ``{"result": [[{"document": {...}, "score": s},
+...], ...]}``, one list per query. A document is a corpus row: ``{"id", "contents"}``
+with ``contents = '"Title"\\ntext'`` (dense server) or ``{"title", "text", "contents"}``
+(Pyserini BM25 server, no id). Title and text come from ``contents`` the way Search-R1
+splits it (first line, quotes stripped / the rest), else from ``title``/``text``; a
+missing id becomes ``""``. The URL may be given with or without ``/retrieve``.
+
+Failure handling, so an env step can never hang on the network:
+
+- Each attempt has a hard deadline of ``timeout`` seconds (default 10) for the whole
+  exchange: the request runs in a daemon thread that we stop waiting for. Socket
+  timeouts alone would not bound DNS lookups or a server that trickles bytes.
+- Connection errors, timeouts, HTTP 429 and 5xx are retried ``retries`` times (default
+  2) after ``backoff * 2**i`` seconds (0.25 s, 0.5 s). Other HTTP errors and malformed
+  answers are not retried: asking again would get the same answer.
+- Then ``RetrievalError`` naming the URL and the cause. Worst case for one ``search``:
+  ``(retries + 1) * timeout`` plus the backoff sleeps.
+- Responses are capped (64 MiB) so a broken server cannot exhaust memory. The server's
+  order is kept; lists longer than ``k`` are cut to ``k``. Only stdlib ``urllib``;
+  proxies come from the usual environment variables, as for any urllib client.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from srpo_envs.retrieval.base import Passage, RetrievalError, check_search_args, is_blank
+from srpo_envs.retrieval.corpus import split_contents
+
+_MAX_RESPONSE_BYTES = 64 << 20
+_SHOWN_BODY_CHARS = 200
+
+
+class _Fatal(Exception):
+    """A failure that a retry would only repeat."""
+
+
+def normalize_url(url: str) -> str:
+    parts = urllib.parse.urlsplit(url.strip())
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:  # "host:abc" or a port above 65535
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise ValueError(f"retrieval server URL must be http(s)://host[:port][/retrieve], "
+                         f"got {url!r}")
+    path = parts.path.rstrip("/")
+    if not path.endswith("/retrieve"):
+        path += "/retrieve"
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+class RemoteRetriever:
+    def __init__(self, url: str, *, timeout: float = 10.0, retries: int = 2,
+                 backoff: float = 0.25) -> None:
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
+        if retries < 0 or not (math.isfinite(backoff) and backoff >= 0):
+            raise ValueError(f"need retries >= 0 and backoff >= 0, got {retries}, {backoff}")
+        self.url = normalize_url(url)
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        queries, k = check_search_args(queries, k)
+        results: list[list[Passage]] = [[] for _ in queries]
+        live = [i for i, query in enumerate(queries) if k > 0 and not is_blank(query)]
+        if not live:
+            return results
+        # json.dumps escapes to ASCII, so control characters or lone surrogates in a
+        # query cannot produce an unencodable body.
+        body = json.dumps({"queries": [queries[i] for i in live], "topk": k,
+                           "return_scores": True}).encode("ascii")
+        for i, passages in zip(live, self._parse(self._post(body), len(live), k), strict=True):
+            results[i] = passages
+        return results
+
+    def _post(self, body: bytes) -> bytes:
+        cause: BaseException | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            try:
+                return self._attempt(body)
+            except _Fatal as exc:
+                raise RetrievalError(f"retrieval server {self.url}: {exc}") from exc
+            except (OSError, http.client.HTTPException) as exc:
+                # URLError, HTTPError (retryable codes only reach here), TimeoutError,
+                # ConnectionError and RemoteDisconnected/IncompleteRead are all transient.
+                cause = exc
+        raise RetrievalError(f"retrieval server {self.url} failed after {self.retries + 1} "
+                             f"attempt(s): {type(cause).__name__}: {cause}") from cause
+
+    def _attempt(self, body: bytes) -> bytes:
+        deadline = time.monotonic() + self.timeout
+        outcome: dict[str, Any] = {}
+        finished = threading.Event()
+
+        def work() -> None:
+            try:
+                outcome["body"] = self._fetch(body, deadline)
+            except BaseException as exc:  # handed to the caller's thread below
+                outcome["error"] = exc
+            finally:
+                finished.set()
+
+        threading.Thread(target=work, name="srpo-retrieval-request", daemon=True).start()
+        if not finished.wait(self.timeout):
+            raise TimeoutError(f"no complete response within {self.timeout:g} s")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["body"]
+
+    def _fetch(self, body: bytes, deadline: float) -> bytes:
+        request = urllib.request.Request(
+            self.url, data=body, method="POST",
+            headers={"Content-Type": "application/json", "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                chunks: list[bytes] = []
+                size = 0
+                # read1 returns whatever one socket read gives, so the deadline is checked
+                # often even when the server sends a byte at a time.
+                while chunk := response.read1(1 << 16):
+                    size += len(chunk)
+                    if size > _MAX_RESPONSE_BYTES:
+                        raise _Fatal(f"response larger than {_MAX_RESPONSE_BYTES} bytes")
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"response not complete within {self.timeout:g} s")
+                    chunks.append(chunk)
+                return b"".join(chunks)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 429 or exc.code >= 500:
+                raise
+            detail = exc.read(_SHOWN_BODY_CHARS).decode("utf-8", "replace")
+            raise _Fatal(f"HTTP {exc.code} {exc.reason}: {detail!r}") from exc
+
+    def _parse(self, body: bytes, n_queries: int, k: int) -> list[list[Passage]]:
+        try:
+            document = json.loads(body)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+            raise RetrievalError(f"retrieval server {self.url}: malformed JSON ({exc}): "
+                                 f"{body[:_SHOWN_BODY_CHARS]!r}") from exc
+        result = document.get("result") if isinstance(document, dict) else None
+        if not isinstance(result, list) or len(result) != n_queries:
+            raise RetrievalError(f"retrieval server {self.url}: expected {{'result': [...]}} "
+                                 f"with {n_queries} lists, got {body[:_SHOWN_BODY_CHARS]!r}")
+        try:
+            return [[_passage(item) for item in hits[:k]] for hits in result]
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise RetrievalError(f"retrieval server {self.url}: malformed hit ({exc})") from exc
+
+
+def _passage(item: Any) -> Passage:
+    document, score = item["document"], item["score"]
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        raise ValueError(f"score must be a number, got {score!r}")
+    if isinstance(document.get("contents"), str):
+        title, text = split_contents(document["contents"])
+    else:
+        title, text = document.get("title", ""), document["text"]
+        if not isinstance(title, str) or not isinstance(text, str):
+            raise ValueError(f"title/text must be strings in {document!r}")
+    pid = document.get("id", "")
+    if not isinstance(pid, (str, int)) or isinstance(pid, bool):
+        raise ValueError(f"id must be a string or an integer, got {pid!r}")
+    return Passage(id=str(pid), title=title, text=text, score=float(score))

@@ -1,0 +1,97 @@
+"""Scripted policies for demos, tests and throughput benchmarks (no model involved).
+
+``ScriptedMathTeam`` plays every role of SRPO-Math-v0 with a fixed skill: each solver
+answers correctly with probability ``skill`` (otherwise off by a small amount), the
+verifier judges the candidate correctly with probability ``skill`` and the aggregator
+takes the majority answer. It reads the gold answer from the env, so it is an oracle
+with noise, useful only to exercise the environments.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from fractions import Fraction
+
+from srpo_envs.envs.math_env import MathEnv
+from srpo_envs.grading import extract_answer
+
+
+def _wrong(answer: str, rng: random.Random) -> str:
+    try:
+        value = Fraction(answer)
+    except (ValueError, ZeroDivisionError):
+        return answer + "1"
+    wrong = value + rng.choice((-2, -1, 1, 2))
+    return str(wrong.numerator) if wrong.denominator == 1 else f"{wrong.numerator}/{wrong.denominator}"
+
+
+class ScriptedMathTeam:
+    def __init__(self, skill: float = 0.6, seed: int = 0):
+        if not 0.0 <= skill <= 1.0:
+            raise ValueError(f"skill={skill!r}: expected a probability in [0, 1]")
+        self.skill = skill
+        self.rng = random.Random(seed)
+
+    def _solve(self, gold: str) -> str:
+        answer = gold if self.rng.random() < self.skill else _wrong(gold, self.rng)
+        return f"Working it out step by step. The answer is \\boxed{{{answer}}}."
+
+    def act(self, env: MathEnv, observations: dict[str, str]) -> dict[str, str]:
+        """Texts for every live agent; agents not due get a filler that the env ignores."""
+        gold = env.current_task.answer
+        actions = {agent: "(waiting)" for agent in env.agents}
+        for agent in env.due_agents:
+            role = env.roles[agent]
+            if role == "solver":
+                actions[agent] = self._solve(gold)
+            elif role == "verifier":
+                candidate = extract_answer(observations[agent].split("Solution:", 1)[-1])
+                right = candidate == gold
+                judged_right = right if self.rng.random() < self.skill else not right
+                actions[agent] = ("VERDICT: ACCEPT" if judged_right else
+                                  f"VERDICT: REJECT. Recheck the arithmetic. \\boxed{{{gold}}}")
+            else:
+                body = observations[agent].split("Solution 1", 1)[-1]
+                answers = [extract_answer(part) for part in body.split("\nSolution ")]
+                votes = Counter(a for a in answers if a)
+                best = votes.most_common(1)[0][0] if votes else gold
+                actions[agent] = f"The solvers mostly agree. \\boxed{{{best}}}"
+        return actions
+
+
+class OracleSearchTeam:
+    """Plays SRPO-Search-v0 by searching the titles of the task's supporting documents,
+    one new title per search, and answering with the gold answer once every supporting
+    document has been retrieved or every title searched (the aggregator waits for that,
+    the verifier rejects until then). Tests check which gold documents its searches
+    actually retrieved: that shows they can be found by their titles within the budget."""
+
+    def _retrieved(self, env) -> set[str]:
+        found: set[str] = set()
+        for t in env.transitions:
+            for ids in t.info.get("retrieved_ids", {}).values():
+                found.update(ids)
+        return found
+
+    def act(self, env, observations: dict[str, str]) -> dict[str, str]:
+        task = env.current_task
+        titles = [env.title_of(i) or i for i in task.supporting_ids] or [task.question]
+        searches = sum(t.info.get("tool_calls", 0) for t in env.transitions)
+        # Done once every gold document was seen, or every title was searched once.
+        done = (set(task.supporting_ids) <= self._retrieved(env)) or searches >= len(titles)
+        answer = f"<answer>{task.answers[0]}</answer>"
+        actions = {agent: "(waiting)" for agent in env.agents}
+        for rank, agent in enumerate(env.due_agents):
+            role = env.roles[agent]
+            query = f"<search>{titles[(searches + rank) % len(titles)]}</search>"
+            if role == "agent":
+                actions[agent] = answer if done else query
+            elif role == "searcher":
+                actions[agent] = query
+            elif role in ("aggregator", "answerer"):
+                actions[agent] = answer if done or role == "answerer" else "<search>more</search>"
+            else:
+                actions[agent] = ("<verdict>accept</verdict>" if done else
+                                  "<verdict>reject</verdict> search the next title")
+        return actions

@@ -1,0 +1,143 @@
+"""The embedded default of SRPO-Search-v0: a seeded synthetic world, its document corpus
+and 1- to 3-hop questions that cannot be answered without retrieval.
+
+The world has people, companies, cities and countries, all with invented names, so a
+model can know nothing about them beforehand. Every entity has one document written in
+plain sentences ("Varo Telquist was born in Brennhold."), and each relation appears in
+exactly one document: the document of its subject. A k-hop question follows k relations
+from a person, so answering it needs the k documents along that chain:
+
+    1 hop  "In which city was Varo Telquist born?"                  person -> city
+    2 hops "In which country was Varo Telquist born?"               person -> city -> country
+    3 hops "In which country is the headquarters of the company that Varo Telquist works
+            for?"                                                  person -> company -> city -> country
+    (and the variants through the founder of a company)
+
+The world, corpus and questions are pure functions of ``world_seed`` (and the sizes);
+questions of the ``train`` and ``test`` splits use disjoint sets of people.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+_ONSETS = ("b", "br", "c", "d", "dr", "f", "g", "gl", "h", "k", "l", "m", "n", "p", "qu",
+           "r", "s", "st", "t", "th", "v", "w", "z")
+_VOWELS = ("a", "e", "i", "o", "u", "ae", "ei", "ou")
+_CODAS = ("", "n", "r", "l", "s", "th", "nd", "rk", "st", "x")
+_CITY_ENDS = ("holm", "burg", "ford", "vale", "mere", "stad", "wick", "port")
+_COUNTRY_ENDS = ("ia", "land", "onia", "istan", "ora", "ey")
+_COMPANY_KINDS = ("Works", "Labs", "Foods", "Motors", "Textiles", "Systems", "Mining")
+_JOBS = ("engineer", "chemist", "painter", "pilot", "teacher", "architect", "surgeon",
+         "economist", "violinist", "geologist")
+
+
+@dataclass(frozen=True)
+class SearchTask:
+    """One question with its gold answers and the corpus ids of its supporting documents."""
+
+    task_id: str
+    question: str
+    answers: tuple[str, ...]
+    supporting_ids: tuple[str, ...] = ()
+    meta: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class World:
+    documents: tuple[dict, ...]
+    tasks: dict[str, tuple[SearchTask, ...]]
+
+
+def _word(rng: random.Random, syllables: int) -> str:
+    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
+                   for _ in range(syllables)).capitalize()
+
+
+def build_world(world_seed: int = 0, n_people: int = 400, n_companies: int = 60,
+                n_cities: int = 40, n_countries: int = 12, test_fraction: float = 0.25) -> World:
+    """The world of ``world_seed``: a corpus (id/title/text dicts) and tasks per split."""
+    for name, value, low in (("n_people", n_people, 8), ("n_companies", n_companies, 2),
+                             ("n_cities", n_cities, 2), ("n_countries", n_countries, 2)):
+        if not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}={value!r}: expected an int >= {low}")
+    rng = random.Random(f"srpo-world:{world_seed}")
+    taken: set[str] = set()
+
+    def fresh(make) -> str:
+        while True:
+            name = make()
+            if name.lower() not in taken:
+                taken.add(name.lower())
+                return name
+
+    countries = [fresh(lambda: _word(rng, 2) + rng.choice(_COUNTRY_ENDS))
+                 for _ in range(n_countries)]
+    cities = [fresh(lambda: _word(rng, 1) + rng.choice(_CITY_ENDS)) for _ in range(n_cities)]
+    people = [fresh(lambda: f"{_word(rng, 2)} {_word(rng, 2)}") for _ in range(n_people)]
+    companies = [fresh(lambda: f"{_word(rng, 2)} {rng.choice(_COMPANY_KINDS)}")
+                 for _ in range(n_companies)]
+
+    city_country = {c: rng.choice(countries) for c in cities}
+    born = {p: rng.choice(cities) for p in people}
+    works = {p: rng.choice(companies) for p in people}
+    job = {p: rng.choice(_JOBS) for p in people}
+    year = {p: rng.randint(1921, 1999) for p in people}
+    headquarters = {c: rng.choice(cities) for c in companies}
+    founder = {c: rng.choice(people) for c in companies}
+    founded = {c: rng.randint(1850, 2015) for c in companies}
+
+    docs: list[dict] = []
+    doc_id: dict[str, str] = {}
+
+    def add(title: str, text: str) -> None:
+        doc_id[title] = f"world{world_seed}_{len(docs):06d}"
+        docs.append({"id": doc_id[title], "title": title, "text": text})
+
+    for p in people:
+        article = "an" if job[p][0] in "aeiou" else "a"
+        add(p, f"{p} is {article} {job[p]} born in {year[p]}. {p} was born in {born[p]}. "
+               f"{p} works for {works[p]}.")
+    for c in companies:
+        add(c, f"{c} is a company founded in {founded[c]}. {c} was founded by {founder[c]}. "
+               f"The headquarters of {c} are in {headquarters[c]}.")
+    for c in cities:
+        add(c, f"{c} is a city in {city_country[c]}.")
+    for c in countries:
+        members = sorted(x for x in cities if city_country[x] == c)
+        listing = ", ".join(members) if members else "no large cities"
+        add(c, f"{c} is a country. Its cities include {listing}.")
+
+    order = list(people)
+    rng.shuffle(order)
+    n_test = max(1, int(len(order) * test_fraction))
+    splits = {"test": order[:n_test], "train": order[n_test:]}
+
+    def chains(p: str) -> list[tuple[str, str, list[str]]]:
+        company = works[p]
+        boss = founder[company]
+        return [
+            (f"In which city was {p} born?", born[p], [p]),
+            (f"Which company does {p} work for?", company, [p]),
+            (f"In which country was {p} born?", city_country[born[p]], [p, born[p]]),
+            (f"In which city are the headquarters of the company that {p} works for?",
+             headquarters[company], [p, company]),
+            (f"Who founded the company that {p} works for?", boss, [p, company]),
+            (f"In which country are the headquarters of the company that {p} works for?",
+             city_country[headquarters[company]], [p, company, headquarters[company]]),
+            (f"In which city was the founder of the company that {p} works for born?",
+             born[boss], [p, company, boss]),
+        ]
+
+    tasks: dict[str, tuple[SearchTask, ...]] = {}
+    for split, members in splits.items():
+        items = []
+        for p in members:
+            for number, (question, answer, path) in enumerate(chains(p)):
+                items.append(SearchTask(
+                    task_id=f"world{world_seed}-{doc_id[p]}-q{number}", question=question,
+                    answers=(answer,), supporting_ids=tuple(doc_id[t] for t in path),
+                    meta={"hops": len(path), "path": tuple(path)}))
+        tasks[split] = tuple(items)
+    return World(documents=tuple(docs), tasks=tasks)
