@@ -1,38 +1,32 @@
-"""Math answer grading: pull the final answer out of a model's text and decide whether it
-is equivalent to a gold answer.
+"""Math answer grading: extract a model's final answer and decide whether it is
+equivalent to a gold answer. ``grade(text, gold)`` = ``extract_answer`` + ``answers_match``.
 
-``grade(text, gold)`` is ``extract_answer`` followed by ``answers_match``. Design choices:
-
-* Two tiers. A pure-Python fast path decides what it can decide exactly and cheaply:
-  normalized string equality, multiple-choice letters, numbers (exact ``Fraction``
-  arithmetic over thousands separators, ``$``, ``%``, ``\\frac``, unit words in
-  ``\\text{}``) and tuples, intervals and sets of numbers. Everything else (radicals,
-  ``\\pi``, expressions, equations, a tuple against a set) goes to math-verify. Integers
-  and fractions must be equal exactly; once a decimal is involved both sides are
-  rounded to 6 places first, as math-verify does. A percentage matches its number
-  either as written or divided by 100 (``50\\%`` matches ``50`` and ``0.5``).
-* math-verify runs in a worker process. Sympy can spend minutes inside one C call
-  (``9^{9^{9^{9^9}}}``) and nothing can interrupt that in-thread; math-verify's own
-  guard is SIGALRM, which only works on the main thread. So its timeouts are off and
-  the caller kills the worker when the deadline passes: ``Grade(False, ..., "timeout")``.
-  The same verdict covers a worker that died (e.g. hit its memory cap).
-* Workers are forked from a zygote: a helper interpreter that loads this file by path
-  (not the ``srpo_envs`` package, so it imports nothing else and never re-runs the
-  caller's ``__main__``), imports math-verify and warms its caches. A fork of it is
-  ready in milliseconds, so replacing a killed worker is cheap, and each concurrent
-  caller takes its own worker from a pool instead of queueing behind a slow answer.
-  The zygote starts on first need (about 1-2 s; call ``warm_up()`` to pay that early);
-  the time spent obtaining a worker is not counted against a call's deadline.
+* Two tiers. A pure-Python fast path decides what it can, exactly: normalized string
+  equality, multiple-choice letters, numbers (``Fraction`` arithmetic over thousands
+  separators, ``$``, ``%``, ``\\frac``, unit words in ``\\text{}``) and tuples, intervals
+  and sets of numbers. Integers and fractions must be equal exactly; once a decimal is
+  involved both sides are rounded to 6 places, as math-verify does. A percentage matches
+  its number as written or divided by 100 (``50\\%`` matches ``50`` and ``0.5``).
+  Everything else (radicals, ``\\pi``, expressions, equations) goes to math-verify.
+* math-verify runs in a worker process. Sympy can spend minutes in one C call
+  (``9^{9^{9^{9^9}}}``) and nothing interrupts that in-thread; math-verify's own guard is
+  SIGALRM, which fails off the main thread. So its timeouts are off and the caller kills
+  the worker at the deadline: ``Grade(False, ..., "timeout")`` (also when it died).
+* Workers are forked from a zygote: an interpreter that loads this file by path (not the
+  package, so it imports nothing else and never re-runs the caller's ``__main__``),
+  imports math-verify and warms its caches. A fork is ready in milliseconds, so replacing
+  a killed worker is cheap, and each concurrent call borrows its own worker rather than
+  queueing behind a slow one. The zygote starts on first need (1-2 s, or early via
+  ``warm_up()``); time spent obtaining a worker does not count against the deadline.
 * No leaked processes: the zygote and idle workers exit when their socket to the caller
-  closes, a busy worker kills itself (SIGALRM, default action) one second after its
-  budget, and an atexit hook kills everything. A worker's address space is capped so a
-  runaway sympy allocation fails fast instead of exhausting the host.
-* Caps: answers and golds longer than ``MAX_ANSWER_CHARS`` are graded wrong
-  ("too_long") without being parsed. Extraction is linear: the last box is found with
-  ``rfind``, its closing brace with C-speed byte scans, the fallback number with one
-  regex match on the reversed text; a 1 MB output takes well under 0.1 s.
-* Model output is only matched with regexes, converted with ``Fraction`` or handed to
-  math-verify as a string; it is never evaluated.
+  closes, a busy worker kills itself (SIGALRM's default action) a second after its budget,
+  and an atexit hook cleans up. A worker's address space is capped, so a runaway sympy
+  allocation fails fast instead of exhausting the host.
+* Caps: answers and golds over ``MAX_ANSWER_CHARS`` are graded wrong ("too_long") unparsed.
+  Extraction is linear and C-speed (``rfind``, byte scans, one regex on the reversed
+  text): a 1 MB output takes well under 0.1 s.
+* Model output is only regex-matched, converted with ``Fraction`` or passed to math-verify
+  as a string; it is never evaluated.
 """
 
 import atexit
@@ -83,7 +77,7 @@ _DIGIT = re.compile(r"[0-9]")
 # minus right after a word or closing bracket is subtraction, not a sign.
 _INT_REVERSED = r"(?:[0-9]{3},)+[0-9]{1,3}(?![0-9])|[0-9]+"
 _NUMBER_REVERSED = re.compile(
-    rf"(?:[0-9]+/)?(?:[0-9]+\.(?:{_INT_REVERSED})?|{_INT_REVERSED})(?:-(?![\w)\]}}]))?"
+    rf"(?:[0-9]+/)?(?:[0-9]+\.(?:{_INT_REVERSED})?|{_INT_REVERSED})(?:[-\u2212](?![\w)\]}}]))?"
 )
 
 
@@ -149,15 +143,22 @@ def extract_answer(text: str) -> str | None:
 
 # --- fast path -------------------------------------------------------------------------
 
-_DELIMITERS = re.compile(r"^\\[\[(]|\\[\])]$")
-_DOLLAR = re.compile(r"\\?\$")
-_THIN_SPACE = re.compile(r"\\[!,]")  # removed outright: "1,\!000" and "10\,000" are numbers
-_WIDE_SPACE = re.compile(r"\\(?:q?quad|displaystyle)(?![A-Za-z])|\\[;: ]|~")
-_LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![A-Za-z])\.?")
-_FRAC_VARIANT = re.compile(r"\\[dt]frac(?![A-Za-z])")
-_FRAC_DIGITS = re.compile(r"\\frac\s*([0-9])\s*([0-9])")
-_SQRT_DIGIT = re.compile(r"\\sqrt\s*([0-9])")
-_DEGREES = re.compile(r"\^\s*(?:\{\s*\\circ\s*\}|\\circ)|°|\\degree(?![A-Za-z])")
+_REWRITES = tuple(
+    (re.compile(pattern), replacement)
+    for pattern, replacement in (
+        (r"^\\[\[(]|\\[\])]$|\\?\$", ""),  # math delimiters and dollar signs
+        (r"\\[!,]", ""),  # thin spaces go entirely: "1,\!000" and "10\,000" are numbers
+        (r"\\(?:q?quad|displaystyle)(?![A-Za-z])|\\[;: ]|~", " "),
+        (r"\\(?:left|right)(?![A-Za-z])\.?", ""),
+        (r"\\[dt]frac(?![A-Za-z])", r"\\frac"),
+        (r"\\frac\s*([0-9])\s*([0-9])", r"\\frac{\1}{\2}"),
+        (r"\\sqrt\s*([0-9])", r"\\sqrt{\1}"),
+        (r"\^\s*(?:\{\s*\\circ\s*\}|\\circ)|°|\\degree(?![A-Za-z])", ""),
+        (r"\{,\}", ","),
+        (r"\\%", "%"),
+        ("\u2212", "-"),
+    )
+)
 # A number followed only by one or two words in \text{}: a unit ("12\text{ cm}^2").
 _UNIT_SUFFIX = re.compile(
     r"(.*[0-9%)}.])\s*\\(?:text|textrm|mbox)\s*\{\s*([A-Za-z]+(?:\s+[A-Za-z]+)?)\s*\.?\s*\}"
@@ -199,16 +200,9 @@ class _Form:
 
 
 def _normalize(s: str) -> str:
-    s = _DELIMITERS.sub("", s.strip())
-    s = _DOLLAR.sub("", s)
-    s = _THIN_SPACE.sub("", s)
-    s = _WIDE_SPACE.sub(" ", s)
-    s = _LEFT_RIGHT.sub("", s)
-    s = _FRAC_VARIANT.sub(r"\\frac", s)
-    s = _FRAC_DIGITS.sub(r"\\frac{\1}{\2}", s)
-    s = _SQRT_DIGIT.sub(r"\\sqrt{\1}", s)
-    s = _DEGREES.sub("", s)
-    s = s.replace("{,}", ",").replace("\\%", "%").replace("\u2212", "-")
+    s = s.strip()
+    for pattern, replacement in _REWRITES:
+        s = pattern.sub(replacement, s)
     unit = _UNIT_SUFFIX.fullmatch(s.strip())
     if unit and not _NOT_UNITS.intersection(unit[2].lower().split()):
         s = unit[1]
@@ -337,7 +331,9 @@ def _match(pred: str, gold: str, deadline: float) -> tuple[bool, str]:
     # it escape the box and be graded on its own.
     if not (_balanced(pred) and _balanced(gold)):
         return False, "exact"
-    verdict = _POOL.verify(_UNESCAPED_DOLLAR.sub("", pred), gold, deadline)
+    verdict = _POOL.verify(
+        _UNESCAPED_DOLLAR.sub("", pred), _UNESCAPED_DOLLAR.sub("", gold), deadline
+    )
     return (False, "timeout") if verdict is None else (verdict, "math_verify")
 
 
@@ -380,8 +376,8 @@ _ZYGOTE_BOOT = (
 _WARM_UP_PAIRS = (
     ("\\frac{1}{2}", "0.5"),
     ("\\left(1, \\sqrt{2}\\right)", "(1,2^{1/2})"),
-    ("\\{1,2\\}", "\\{2,1\\}"),
     ("[0,1)", "(0,1]"),
+    ("\\{1,2\\}", "\\{2,1\\}"),
     ("x=5", "5"),
     ("\\text{(B)}", "B"),
     ("2\\pi", "\\pi+\\pi"),
@@ -427,10 +423,13 @@ def _worker_main(sock: socket.socket) -> None:
     import resource
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    with open("/proc/self/statm") as statm:
-        mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    limit = mapped + _WORKER_MEMORY_BYTES
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = mapped + _WORKER_MEMORY_BYTES
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except OSError:  # no /proc: not Linux, run uncapped
+        pass
     conn = Connection(sock.detach())
     while True:
         try:
@@ -452,23 +451,6 @@ def _worker_main(sock: socket.socket) -> None:
 class _Worker:
     conn: Connection
     pid: int
-    pidfd: int | None  # kills the right process even after its pid is reused
-
-    def close(self) -> None:
-        self.conn.close()
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
-
-    def kill(self) -> None:
-        try:
-            if self.pidfd is not None:
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            else:
-                os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.close()
 
 
 class _WorkerPool:
@@ -481,67 +463,60 @@ class _WorkerPool:
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
-        self._zygote: subprocess.Popen | None = None
-        self._zygote_sock: socket.socket | None = None
+        self._zygote: tuple[subprocess.Popen, socket.socket] | None = None
         self._idle: list[_Worker] = []
         self._busy: set[_Worker] = set()
 
     def _forget(self) -> None:
-        # A forked copy of the caller must not talk to its parent's processes; closing its
+        # A forked copy of the caller must not drive its parent's processes; closing its
         # copies of the sockets leaves the parent's untouched.
         for worker in [*self._idle, *self._busy]:
-            worker.close()
-        if self._zygote_sock is not None:
-            self._zygote_sock.close()
+            worker.conn.close()
+        if self._zygote:
+            self._zygote[1].close()
         self._reset()
 
     def _start_zygote(self) -> None:
-        self._stop_zygote()
         ours, theirs = socket.socketpair()
+        fd = theirs.fileno()
         with theirs:
-            self._zygote = subprocess.Popen(
-                [sys.executable, "-c", _ZYGOTE_BOOT, os.path.abspath(__file__),
-                 str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
+            process = subprocess.Popen(
+                [sys.executable, "-c", _ZYGOTE_BOOT, os.path.abspath(__file__), str(fd)],
+                pass_fds=(fd,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
+                start_new_session=True,  # a Ctrl-C meant for the caller must not reach it
             )
+        self._zygote = process, ours
         ours.settimeout(_STARTUP_TIMEOUT_S)
         try:
-            ready = ours.recv(1)
+            ready = ours.recv(1) == b"R"
         except OSError:
-            ready = b""
-        if ready != b"R":
-            ours.close()
+            ready = False
+        if not ready:
             self._stop_zygote()
             raise RuntimeError("the math-verify zygote failed to start (see its stderr)")
-        self._zygote_sock = ours
 
     def _stop_zygote(self) -> None:
-        if self._zygote_sock is not None:
-            self._zygote_sock.close()
-            self._zygote_sock = None
-        if self._zygote is not None:
-            self._zygote.kill()
-            self._zygote.wait()
+        if self._zygote:
+            process, sock = self._zygote
+            sock.close()
+            process.kill()
+            process.wait()
             self._zygote = None
 
     def _fork(self) -> _Worker:
-        for attempt in range(2):
-            if self._zygote is None or self._zygote.poll() is not None:
+        for _ in range(2):  # a zygote found dead is restarted once
+            if self._zygote is None or self._zygote[0].poll() is not None:
+                self._stop_zygote()
                 self._start_zygote()
             try:
-                self._zygote_sock.sendall(b"F")
-                message, fds, _, _ = socket.recv_fds(self._zygote_sock, 8, 1)
+                self._zygote[1].sendall(b"F")
+                message, fds, _, _ = socket.recv_fds(self._zygote[1], 8, 1)
             except OSError:
                 fds = []
             if fds:
-                pid = int.from_bytes(message, "little")
-                try:
-                    pidfd = os.pidfd_open(pid)
-                except (AttributeError, OSError):  # not Linux >= 5.3
-                    pidfd = None
-                return _Worker(Connection(fds[0]), pid, pidfd)
+                return _Worker(Connection(fds[0]), int.from_bytes(message, "little"))
             self._stop_zygote()
         raise RuntimeError("the math-verify zygote keeps dying")
 
@@ -557,49 +532,46 @@ class _WorkerPool:
             if len(self._idle) < _MAX_IDLE_WORKERS:
                 self._idle.append(worker)
                 return
-        worker.close()  # the worker exits on EOF
+        worker.conn.close()  # a surplus worker exits on EOF
 
-    def _discard(self, worker: _Worker) -> None:
+    def _drop(self, worker: _Worker, kill: bool) -> None:
         with self._lock:
             self._busy.discard(worker)
-        worker.kill()
+        if kill:
+            try:
+                os.kill(worker.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        worker.conn.close()
 
     def warm_up(self) -> None:
         self._release(self._acquire())
 
     def verify(self, pred: str, gold: str, deadline: float) -> bool | None:
-        """math-verify's verdict, or None when it cannot give one before ``deadline``."""
-        for _ in range(2):  # an idle worker may have died; only a failed send is retried
-            started = time.monotonic()
-            worker = self._acquire()
-            deadline += time.monotonic() - started
-            budget = deadline - time.monotonic()
-            if budget <= 0:
-                self._release(worker)
-                return None
-            try:
-                worker.conn.send((pred, gold, budget))
-            except OSError:
-                self._discard(worker)
-                continue
-            try:
-                if worker.conn.poll(budget):
-                    verdict = worker.conn.recv()
-                    self._release(worker)
-                    return verdict
-            except (OSError, EOFError):
-                pass
-            self._discard(worker)
+        """math-verify's verdict, or None when it has none by ``deadline``."""
+        budget = deadline - time.monotonic()
+        if budget <= 0:
             return None
+        worker = self._acquire()  # not charged: a fork, or once the zygote's start-up
+        try:
+            worker.conn.send((pred, gold, budget))
+            if worker.conn.poll(budget):
+                verdict = worker.conn.recv()
+                self._release(worker)
+                return verdict
+        except (OSError, EOFError):  # it died (memory cap, crash): nothing left to kill
+            self._drop(worker, kill=False)
+            return None
+        self._drop(worker, kill=True)  # still computing past the deadline
         return None
 
     def close(self) -> None:
         with self._lock:
-            for worker in [*self._idle, *self._busy]:
-                worker.kill()
-            self._idle.clear()
-            self._busy.clear()
+            workers = [*self._idle, *self._busy]
+            self._idle, self._busy = [], set()
             self._stop_zygote()
+        for worker in workers:
+            self._drop(worker, kill=True)
 
 
 _POOL = _WorkerPool()

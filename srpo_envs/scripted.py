@@ -1,7 +1,8 @@
 """Scripted policies for demos, tests and throughput benchmarks (no model involved).
 
 ``ScriptedMathTeam`` plays every role of SRPO-Math-v0 with a fixed skill: each solver
-answers correctly with probability ``skill`` (otherwise off by a small amount), the
+answers correctly with probability ``skill`` (with the task's reference solution when it
+has one; otherwise the answer is off by a small amount), the
 verifier judges the candidate correctly with probability ``skill`` and the aggregator
 takes the majority answer. It reads the gold answer from the env, so it is an oracle
 with noise, useful only to exercise the environments.
@@ -33,8 +34,13 @@ class ScriptedMathTeam:
         self.skill = skill
         self.rng = random.Random(seed)
 
-    def _solve(self, gold: str) -> str:
-        answer = gold if self.rng.random() < self.skill else _wrong(gold, self.rng)
+    def _solve(self, task) -> str:
+        """The task's reference solution when right (a reference trajectory a warm start
+        can imitate), the same text with a wrong final answer otherwise."""
+        right = self.rng.random() < self.skill
+        answer = task.answer if right else _wrong(task.answer, self.rng)
+        if task.solution and right:
+            return task.solution
         return f"Working it out step by step. The answer is \\boxed{{{answer}}}."
 
     def act(self, env: MathEnv, observations: dict[str, str]) -> dict[str, str]:
@@ -44,7 +50,7 @@ class ScriptedMathTeam:
         for agent in env.due_agents:
             role = env.roles[agent]
             if role == "solver":
-                actions[agent] = self._solve(gold)
+                actions[agent] = self._solve(env.current_task)
             elif role == "verifier":
                 candidate = extract_answer(observations[agent].split("Solution:", 1)[-1])
                 right = candidate == gold
