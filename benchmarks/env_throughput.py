@@ -13,6 +13,7 @@ Writes benchmarks/results/env_throughput.md.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import tempfile
 import time
@@ -55,6 +56,16 @@ def measure(env_id: str, workflow: str, k: int, episodes: int, cache_dir: str) -
             "outputs_per_s": outputs / seconds, "queries_per_s": tool_calls / seconds}
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--episodes", type=int, default=1000)
@@ -66,7 +77,7 @@ def main() -> None:
     lines = [
         "# Env step rate with scripted teams (no model)", "",
         f"Command: `python benchmarks/env_throughput.py --episodes {args.episodes}`  ",
-        f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}, python "
+        f"Machine: {cpu_model()}, {os.cpu_count()} cores, python "
         f"{platform.python_version()}, one process", "",
         "| env | workflow | K | episodes | events | events/s | consumed outputs/s | "
         "queries/s |",
