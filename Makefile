@@ -23,7 +23,7 @@ install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
 demo: $(VENV)/.installed
-	$(PY) -m srpo_envs.demo
+	$(PY) -m srpo_agents.demo
 
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check .

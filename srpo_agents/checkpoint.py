@@ -1,0 +1,96 @@
+"""Checkpoints: model, optimizer, every RNG state, step and config in one file, written
+atomically (temporary file in the same folder, fsync, ``os.replace``) so a crash
+mid-write leaves the previous checkpoint intact and ``--resume`` continues exactly.
+
+The policy's weights and tokenizer are also saved with ``save_pretrained`` under
+``policy/`` so that ``srpo eval --checkpoint`` and any Hugging Face tool can load them.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_pretrained_atomic(model, tokenizer, directory: Path) -> None:
+    """``save_pretrained`` into a temporary sibling folder, then swap it in."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        old = directory.with_name(directory.name + ".old")
+        if directory.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            directory.rename(old)
+        tmp.rename(directory)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def rng_state(generators: dict[str, Any]) -> dict[str, Any]:
+    """States of the global RNGs plus the named ``random.Random``/``torch.Generator``s."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    for name, gen in generators.items():
+        state[name] = gen.get_state() if isinstance(gen, torch.Generator) else gen.getstate()
+    return state
+
+
+def set_rng_state(state: dict[str, Any], generators: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    for name, gen in generators.items():
+        if isinstance(gen, torch.Generator):
+            gen.set_state(state[name])
+        else:
+            gen.setstate(state[name])
+
+
+def save_checkpoint(run_dir: Path, *, policy, optimizer, step: int, config: dict,
+                    generators: dict[str, Any], extra: dict | None = None) -> Path:
+    path = Path(run_dir) / CHECKPOINT_NAME
+    payload = {"step": step, "config": config, "model": policy.model.state_dict(),
+               "optimizer": optimizer.state_dict(), "rng": rng_state(generators),
+               "extra": extra or {}}
+    _atomic_torch_save(payload, path)
+    save_pretrained_atomic(policy.model, policy.tokenizer, Path(run_dir) / "policy")
+    return path
+
+
+def load_checkpoint(run_dir: Path, *, policy, optimizer, generators: dict[str, Any]) -> dict:
+    """Restore model, optimizer and RNGs in place; return the payload (step, extra...)."""
+    path = Path(run_dir) / CHECKPOINT_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"--resume: no checkpoint at {path}")
+    payload = torch.load(path, map_location="cpu", weights_only=False)
+    policy.model.load_state_dict(payload["model"])
+    optimizer.load_state_dict(payload["optimizer"])
+    set_rng_state(payload["rng"], generators)
+    return payload

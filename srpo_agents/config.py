@@ -1,0 +1,100 @@
+"""Configuration of a training run (``srpo train``), checked on construction."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from srpo_agents.objective import ALGORITHMS
+
+ENV_IDS = ("SRPO-Math-v0", "SRPO-Search-v0")
+
+
+@dataclass
+class TrainConfig:
+    """Every field is a ``srpo train`` flag (underscores become dashes)."""
+
+    env: str = "SRPO-Math-v0"
+    """Environment id: SRPO-Math-v0 or SRPO-Search-v0."""
+    workflow: str = "parallel"
+    """The env's workflow (math: single, solve_verify, parallel; search: single, parallel,
+    search_answer_verify)."""
+    n_agents: int = 3
+    """K of the parallel workflow (solvers or searchers)."""
+    algo: str = "srpo"
+    """A name in srpo_agents.objective.ALGORITHMS."""
+    model: str = "tiny"
+    """"tiny" (built and warm-started locally), a Hugging Face model name or a local path."""
+    steps: int = 20
+    """RL updates (each on tasks_per_step x group_size episodes)."""
+    group_size: int = 8
+    """G: rollouts per task; the advantage group."""
+    tasks_per_step: int = 16
+    lr: float = 2e-5
+    epochs: int = 1
+    minibatch_units: int = 0
+    """Units per optimizer step (0: one step per epoch over the whole batch)."""
+    microbatch_rows: int = 32
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    beta: float = 0.0
+    """Weight of the k3 KL to the initial policy (0 disables; no reference is kept)."""
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0
+    max_new_tokens: int = 48
+    max_turns: int = 3
+    """Search env: turns or rounds; math solve_verify: rounds."""
+    difficulty: tuple[int, ...] = (1,)
+    """Math generator levels for training and held-out evaluation."""
+    dataset: str | None = None
+    """Training tasks: JSONL path or datasets name (default: the env's generator)."""
+    corpus: str | None = None
+    eval_dataset: str | None = None
+    """Held-out tasks (default: the generator's test split)."""
+    eval_tasks: int = 200
+    eval_k: int = 8
+    eval_every: int = 0
+    """Also evaluate every N steps (0: only before and after)."""
+    warmstart_minutes: float = 3.0
+    """Tiny model only: time budget of the supervised warm start."""
+    warmstart_target: float = 0.2
+    """Tiny model only: stop the warm start once held-out sampled accuracy reaches this."""
+    compact_prompts: bool = False
+    """Use the compact role prompts of ``srpo_agents.envs`` (always on for model "tiny",
+    whose every prompt character is a token)."""
+    backend: str = "hf"
+    """Rollout backend: hf or vllm."""
+    device: str = "cpu"
+    seed: int = 0
+    out: str = ""
+    """Run directory (default runs/<env>-<workflow>-<algo>-s<seed>)."""
+    save_every: int = 10
+    resume: bool = False
+    extra_env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.env not in ENV_IDS:
+            raise ValueError(f"env={self.env!r}: expected one of {ENV_IDS}")
+        if self.algo not in ALGORITHMS:
+            raise ValueError(f"algo={self.algo!r}: expected one of {sorted(ALGORITHMS)}")
+        if self.backend not in ("hf", "vllm"):
+            raise ValueError(f"backend={self.backend!r}: expected 'hf' or 'vllm'")
+        for name in ("n_agents", "group_size", "tasks_per_step", "eval_tasks", "eval_k",
+                     "max_new_tokens", "max_turns", "epochs", "microbatch_rows"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r}: expected an int >= 1")
+        for name in ("steps", "eval_every", "save_every", "minibatch_units"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}={value!r}: expected an int >= 0")
+        if self.group_size < 2:
+            raise ValueError(f"group_size={self.group_size!r}: a relative advantage needs "
+                             f"at least 2 rollouts per task")
+        self.difficulty = tuple(self.difficulty)
+        self.compact_prompts = self.compact_prompts or self.model == "tiny"
+        if not self.out:
+            self.out = f"runs/{self.env}-{self.workflow}-{self.algo}-s{self.seed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

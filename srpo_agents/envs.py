@@ -1,0 +1,71 @@
+"""Building the environments a run trains and evaluates on.
+
+The learner only ever reads ``Transition``s and observations; this module is where a run
+config becomes env constructor arguments. With ``compact_prompts`` (always for the tiny
+character-level policy, where every prompt character is a token it must attend to) the
+role prompts are short; otherwise each env's documented default prompts are used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from srpo_agents.config import TrainConfig
+
+TINY_MATH_PROMPTS = {
+    "solver": "{question}\n",
+    "solver_retry": "{question}\nWas: {previous}\nCheck: {feedback}\n",
+    "verifier": "{question}\n{solution}\nVerdict: ",
+    "aggregator": "{question}\n{solutions}\nFinal: ",
+}
+TINY_SEARCH_PROMPTS = {
+    "agent": "Q: {question}\n{history}",
+    "searcher": "Search for: {question}\n{history}",
+    "aggregator": "Q: {question}\n{history}\nAnswer or search: ",
+    "answerer": "Q: {question}\n{history}\nAnswer: ",
+    "verifier": "Q: {question}\n{history}\nProposed: {answer}\nVerdict: ",
+}
+
+
+def env_kwargs(config: TrainConfig, split: str) -> dict[str, Any]:
+    """Constructor arguments for the training ("train") or held-out ("test") env."""
+    tiny = config.compact_prompts
+    dataset = config.dataset if split == "train" else config.eval_dataset
+    kwargs: dict[str, Any] = {"workflow": config.workflow}
+    if config.env == "SRPO-Math-v0":
+        kwargs.update(n_solvers=config.n_agents, max_rounds=config.max_turns,
+                      difficulty=config.difficulty, split=split)
+        if tiny:
+            kwargs["prompts"] = TINY_MATH_PROMPTS
+            kwargs["max_output_chars"] = max(64, 4 * config.max_new_tokens)
+    else:
+        kwargs.update(n_searchers=config.n_agents, max_turns=config.max_turns, split=split)
+        if config.corpus:
+            kwargs["corpus"] = config.corpus
+        if tiny:
+            kwargs.update(prompts=TINY_SEARCH_PROMPTS, top_k=2, max_passage_chars=160)
+    if dataset:
+        kwargs["dataset"] = dataset
+    kwargs.update(config.extra_env_kwargs)
+    return kwargs
+
+
+def env_factory(config: TrainConfig, split: str) -> Callable[[int], Any]:
+    """A function seed -> a fresh PettingZoo parallel env of the run."""
+    kwargs = env_kwargs(config, split)
+    if config.env == "SRPO-Math-v0":
+        from srpo_envs import math_v0 as module
+    else:
+        from srpo_envs import search_v0 as module
+    shared: dict[str, Any] = {}
+
+    def make(seed: int):
+        env = module.parallel_env(seed=seed, **kwargs)
+        # One retriever (index) serves every search env of the run.
+        if config.env == "SRPO-Search-v0":
+            shared.setdefault("retriever", env.retriever)
+            kwargs["retriever"] = shared["retriever"]
+        return env
+
+    return make

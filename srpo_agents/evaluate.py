@@ -1,0 +1,61 @@
+"""Held-out evaluation: avg@k, pass@k, EM/F1, tokens and tool calls per task.
+
+k episodes are run per task (sampling at the run's temperature). Per task, avg@k is the
+mean correctness of its k episodes and pass@k whether any was correct; both are then
+averaged over tasks, with their standard error over tasks (std / sqrt(n)) so every
+before/after figure comes with its noise. "Tokens per task" is the mean number of
+generated team tokens of one episode (all agents, all events), "tool calls per task"
+likewise for search queries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from srpo_agents.rollout import RolloutEngine
+
+
+def _episode_correct(rollout) -> bool:
+    return bool(rollout.correct) if rollout.correct is not None else rollout.reward > 0
+
+
+def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int], k: int,
+             tag: str = "eval") -> dict[str, Any]:
+    """Run ``k`` episodes of each task on the given env pool (reused in chunks)."""
+    jobs = [(t, j) for t in task_indices for j in range(k)]
+    correct: dict[int, list[bool]] = {t: [] for t in task_indices}
+    tokens, calls, em, f1 = [], [], [], []
+    for start in range(0, len(jobs), len(envs)):
+        chunk = jobs[start:start + len(envs)]
+        options = [{"task_index": t, "episode_id": f"{tag}-t{t}-k{j}"} for t, j in chunk]
+        for (t, _), rollout in zip(chunk, engine.run(envs[:len(chunk)], options), strict=True):
+            correct[t].append(_episode_correct(rollout))
+            tokens.append(rollout.generated_tokens)
+            calls.append(rollout.tool_calls)
+            final = rollout.transitions[-1].info if rollout.transitions else {}
+            if "em" in final:
+                em.append(float(final["em"]))
+                f1.append(float(final.get("f1", 0.0)))
+    per_task_avg = np.array([np.mean(v) for v in correct.values()])
+    per_task_pass = np.array([float(any(v)) for v in correct.values()])
+    n = len(per_task_avg)
+
+    def stderr(values: np.ndarray) -> float:
+        return float(values.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+
+    result = {"k": k, "tasks": n, "avg_at_k": float(per_task_avg.mean()),
+              "avg_at_k_stderr": stderr(per_task_avg), "pass_at_k": float(per_task_pass.mean()),
+              "pass_at_k_stderr": stderr(per_task_pass),
+              "tokens_per_task": float(np.mean(tokens)),
+              "tool_calls_per_task": float(np.mean(calls))}
+    if em:
+        result.update(em=float(np.mean(em)), f1=float(np.mean(f1)))
+    return result
+
+
+def eval_pool(make_env: Callable[[int], Any], size: int, seed: int) -> list:
+    return [make_env(seed * 1_000_003 + i) for i in range(size)]

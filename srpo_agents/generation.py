@@ -1,0 +1,271 @@
+"""Generation backends: token ids in, sampled token ids and their behaviour log-probs out.
+
+Both backends implement ``generate(prompts) -> [(response_ids, logprobs, finished)]`` and
+``sync_weights(model)``. ``RolloutEngine`` owns one and calls ``sync_weights`` when the
+learner has bumped the policy version.
+
+``HFGenerator`` (default) is a plain sampling loop over the transformers model:
+- **Left padding, explicit positions.** A batch of prompts of different lengths is left
+  padded to its longest prompt; ``position_ids`` count real tokens only (pad positions get
+  0 and are masked), so a row's logits do not depend on how much padding it got. That is
+  what makes the behaviour log-probs equal a teacher-forced forward pass over the unpadded
+  prompt + response (to float32 round-off), i.e. the first-epoch PPO/SRPO ratio is 1.
+- **KV cache, shared chunked prefill, finished rows leave the batch.** The distinct
+  padded prompts are prefilled into a ``DynamicCache`` in column chunks of ~8192 tokens
+  (identical prompts, such as the K solvers of one event or the G rollouts of one task,
+  are computed once and their cache rows copied); each decode step then feeds one token
+  per row. A row that emits EOS stops being recorded at once and is dropped from the
+  batch (``DynamicCache.batch_select_indices``) as soon as the finished rows' remaining
+  steps add up to one full batch step, which is about what the copy costs.
+- **Sampling.** ``log_softmax(logits / temperature)`` in float32; the sampled id's entry is
+  the recorded log-prob. With ``top_p < 1`` the id is drawn from the renormalized nucleus
+  but the recorded log-prob is still the full tempered softmax's, so the learner's ratio
+  at the first epoch is not exactly the behaviour ratio (the nucleus renormalization is
+  left out); the default ``top_p=1`` has no such gap. ``temperature=0`` is greedy: the
+  argmax, recorded with the log-prob of the untempered softmax (temperature 1).
+- **Reproducible.** Draws come from one ``torch.Generator`` seeded once, so the same seed,
+  prompts and call order give the same samples. Prompts are sorted by length before they
+  are cut into chunks of ``max_batch`` (less padding per chunk); results come back in the
+  caller's order.
+- Runs under ``torch.inference_mode`` with the model in eval mode; its train/eval mode is
+  restored afterwards.
+
+``VLLMGenerator`` wraps ``vllm.LLM`` (optional extra, imported only when asked for; not
+installed or tested in this repository's CI): see its docstring for what is and is not
+guaranteed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+
+import torch
+
+from srpo_agents.policy import Policy
+
+GenerationOutput = tuple[list[int], list[float], bool]
+"""(response_ids, logprobs, finished): the sampled ids (ending with the EOS id when
+finished), one behaviour log-prob per id, and whether EOS was sampled before the limit."""
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
+                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one id per row.
+
+    Args:
+        logits: (B, V) next-token logits, any float dtype.
+    Returns:
+        ids: (B,) int64 sampled ids; logprobs: (B,) float32 log-probs of those ids under
+        ``log_softmax(logits / temperature)`` (temperature 1 when ``temperature == 0``).
+    """
+    logits = logits.float()
+    if temperature == 0:
+        logprobs = torch.log_softmax(logits, dim=-1)
+        ids = logprobs.argmax(dim=-1)
+    else:
+        logprobs = torch.log_softmax(logits / temperature, dim=-1)
+        probs = logprobs.exp()
+        if top_p < 1:
+            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            # Keep the smallest prefix whose mass reaches top_p: a token is dropped when
+            # the mass strictly before it already does.
+            sorted_probs[sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p] = 0
+            probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+        ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return ids, logprobs.gather(-1, ids[:, None]).squeeze(-1)
+
+
+class HFGenerator:
+    """Batched KV-cache sampling over a transformers causal LM (see module docstring)."""
+
+    prefill_tokens = 8192
+    """Tokens per prefill forward (rows x columns), as vLLM's default chunked-prefill
+    budget; on a 2-core CPU it halves the prefill time of 64 x 600-token prompts."""
+
+    def __init__(self, policy: Policy, *, max_new_tokens: int, temperature: float,
+                 top_p: float, max_batch: int, seed: int):
+        self.policy = policy
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.max_batch = max_batch
+        self.generator = torch.Generator(device=policy.model.device).manual_seed(seed)
+        # transformers 5.24 renamed the forward kwarg ``past_key_values`` to ``cache``.
+        params = inspect.signature(policy.model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Nothing to do: this backend samples from the learner's own module."""
+
+    def generate(self, prompts: Sequence[list[int]]) -> list[GenerationOutput]:
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token to condition on")
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        results: list[GenerationOutput | None] = [None] * len(prompts)
+        model = self.policy.model
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.inference_mode():
+                for start in range(0, len(order), self.max_batch):
+                    chunk = order[start:start + self.max_batch]
+                    outputs = self._generate_batch([prompts[i] for i in chunk])
+                    for i, output in zip(chunk, outputs, strict=True):
+                        results[i] = output
+        finally:
+            model.train(was_training)
+        return results
+
+    def _generate_batch(self, prompts: list[list[int]]) -> list[GenerationOutput]:
+        device = self.policy.model.device
+        # Identical prompts (the K solvers of one event, the G rollouts of one task) are
+        # prefilled once; their cache rows are copied out to every sample afterwards.
+        distinct: dict[tuple[int, ...], int] = {}
+        source = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        width = max(len(p) for p in distinct)
+        input_ids = torch.full((len(distinct), width), self.policy.pad_token_id,
+                               dtype=torch.long)
+        attention = torch.zeros((len(distinct), width), dtype=torch.long)
+        for row, ids in enumerate(distinct):
+            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            attention[row, width - len(ids):] = 1
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        positions = (attention.cumsum(dim=-1) - 1).clamp(min=0)
+        eos = torch.tensor(sorted(self.policy.eos_token_ids), device=device)
+
+        cache = self._new_cache()
+        logits = self._prefill(input_ids, attention, positions, cache)   # (u, V)
+        if len(distinct) < len(prompts):
+            expand = torch.tensor(source, device=device)
+            cache.batch_select_indices(expand)
+            logits, attention, positions = logits[expand], attention[expand], positions[expand]
+        rows = torch.arange(len(prompts), device=device)   # (b,) caller row of each row
+        live = torch.ones(len(prompts), dtype=torch.bool, device=device)   # (b,)
+        next_position = positions[:, -1] + 1                # (b,)
+        steps = []                                          # per step: (rows, ids, logprobs)
+        for step in range(self.max_new_tokens):
+            ids, logprobs = sample_next(logits, self.temperature, self.top_p, self.generator)
+            steps.append((rows[live], ids[live], logprobs[live]))
+            live &= ~torch.isin(ids, eos)
+            remaining = self.max_new_tokens - 1 - step
+            n_live = int(live.sum())
+            if remaining == 0 or n_live == 0:
+                break
+            # Dropping finished rows copies the cache once, about what one decode step's
+            # concatenation costs; do it once the finished rows' remaining steps add up
+            # to a full batch step, and until then let them decode unrecorded.
+            if (len(rows) - n_live) * remaining >= len(rows):
+                keep = live.nonzero().squeeze(-1)
+                cache.batch_select_indices(keep)
+                rows, ids, live = rows[keep], ids[keep], live[keep]
+                attention, next_position = attention[keep], next_position[keep]
+            attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=-1)
+            logits = self._forward(ids[:, None], attention, next_position[:, None], cache)
+            next_position = next_position + 1
+        return self._collect(steps, len(prompts))
+
+    def _prefill(self, input_ids, attention, positions, cache) -> torch.Tensor:
+        """Feed the (u, W) padded prompts in column chunks of about ``prefill_tokens``
+        tokens (chunked prefill): one huge forward is memory-bound (its activations and
+        (u, heads, W, W) attention scores outgrow the CPU caches). Returns (u, V) logits
+        of the last column, which is every row's last prompt token (left padding)."""
+        width = max(1, self.prefill_tokens // input_ids.shape[0])
+        for start in range(0, input_ids.shape[1], width):
+            end = start + width
+            logits = self._forward(input_ids[:, start:end], attention[:, :end],
+                                   positions[:, start:end], cache)
+        return logits
+
+    def _collect(self, steps, batch: int) -> list[GenerationOutput]:
+        # One device-to-host copy for the whole batch instead of one per step.
+        rows = torch.cat([s[0] for s in steps]).tolist()
+        ids = torch.cat([s[1] for s in steps]).tolist()
+        logprobs = torch.cat([s[2] for s in steps]).tolist()
+        responses: list[list[int]] = [[] for _ in range(batch)]
+        scores: list[list[float]] = [[] for _ in range(batch)]
+        for row, token, logprob in zip(rows, ids, logprobs, strict=True):
+            responses[row].append(token)
+            scores[row].append(logprob)
+        eos = self.policy.eos_token_ids
+        return [(r, s, r[-1] in eos) for r, s in zip(responses, scores, strict=True)]
+
+    def _new_cache(self):
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.policy.model.config)
+
+    def _forward(self, input_ids, attention, positions, cache) -> torch.Tensor:
+        """(b, t) ids -> (b, V) logits of the last position; appends to ``cache``."""
+        out = self.policy.model(input_ids=input_ids, attention_mask=attention,
+                                position_ids=positions, use_cache=True, logits_to_keep=1,
+                                **{self._cache_kwarg: cache})
+        return out.logits[:, -1, :]
+
+
+class VLLMGenerator:
+    """Sampling with a ``vllm.LLM`` engine built from ``policy.name`` (vLLM >= 0.10.2).
+
+    What it does: prompts go in as token ids (``TokensPrompt``), one completion per prompt
+    with ``SamplingParams(logprobs=0, ...)`` so each sampled id comes back with its
+    log-prob; EOS ids are ``policy.eos_token_ids``; ``finished`` is vLLM's
+    ``finish_reason == "stop"``. The engine is created with
+    ``logprobs_mode="processed_logprobs"`` so the log-probs are taken after temperature
+    (vLLM's default reports the raw, untempered ones). ``max_batch`` becomes
+    ``max_num_seqs``.
+
+    What it does not guarantee: vLLM's kernels differ from the transformers forward pass,
+    so its log-probs match the learner's recomputation only approximately (bf16: ~1e-2),
+    and the first-epoch ratio is not exactly 1; with ``top_p < 1`` vLLM's processed
+    log-probs may be those of the renormalized nucleus, unlike ``HFGenerator``; samples are
+    reproducible only as far as vLLM's seeded scheduling is.
+
+    ``sync_weights`` pushes the learner's state dict into the engine with
+    ``LLM.apply_model`` (each worker calls its model's ``load_weights``) and then resets
+    the prefix cache, whose KV entries were computed with the old weights. With vLLM's
+    default multiprocess engine the function and tensors are pickled to the worker, which
+    vLLM only allows with ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``; set it, or
+    ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` for an in-process engine, before constructing.
+    """
+
+    def __init__(self, policy: Policy, *, max_new_tokens: int, temperature: float,
+                 top_p: float, max_batch: int, seed: int):
+        vllm = import_vllm()
+        self.policy = policy
+        dtype = str(policy.model.dtype).removeprefix("torch.")
+        self.llm = vllm.LLM(model=policy.name, tokenizer=policy.name, dtype=dtype, seed=seed,
+                            max_num_seqs=max_batch, logprobs_mode="processed_logprobs")
+        self.params = vllm.SamplingParams(
+            n=1, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
+            logprobs=0, stop_token_ids=sorted(policy.eos_token_ids), detokenize=False)
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        weights = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
+        self.llm.apply_model(lambda vllm_model: vllm_model.load_weights(weights))
+        self.llm.reset_prefix_cache()
+
+    def generate(self, prompts: Sequence[list[int]]) -> list[GenerationOutput]:
+        from vllm.inputs import TokensPrompt
+
+        requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+        outputs = self.llm.generate(requests, self.params, use_tqdm=False)
+        results = []
+        for output in outputs:
+            completion = output.outputs[0]
+            ids = list(completion.token_ids)
+            logprobs = [step[token].logprob
+                        for token, step in zip(ids, completion.logprobs, strict=True)]
+            results.append((ids, logprobs, completion.finish_reason == "stop"))
+        return results
+
+
+def import_vllm():
+    try:
+        import vllm
+    except ImportError as error:
+        raise ImportError("backend='vllm' needs vLLM, an optional extra: "
+                          "pip install 'srpo[vllm]'") from error
+    return vllm
+
+
+BACKENDS = {"hf": HFGenerator, "vllm": VLLMGenerator}

@@ -1,0 +1,178 @@
+"""The update step: log-probs of sampled responses under the current policy, the
+registered loss on event-atomic mini-batches, optional KL to a frozen reference, gradient
+clipping and AdamW, for several epochs over one batch of rollouts.
+
+Deliberate choices:
+- log-probs are ``log_softmax(logits / temperature)`` at the sampled ids, the same
+  quantity the rollout engine recorded, so at the first epoch the ratio is exactly 1
+  (up to float noise; the first mini-batch reports the largest deviation);
+- one optimizer step per mini-batch; a mini-batch holds whole units and is processed
+  in micro-batches of whole units whose losses are weighted to sum to the mini-batch
+  loss (units for set losses, tokens for token-mean losses), so memory is bounded
+  without changing the objective;
+- the KL term is k3 = exp(ref - logp) - (ref - logp) - 1, token-mean, weight ``beta``.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from srpo_agents.events import ActionUnit, event_atomic_batches
+from srpo_agents.objective import POLICY_LOSSES, Algorithm, LossConfig, LossInputs
+from srpo_agents.policy import Policy
+from srpo_agents.rollout import Sample
+
+# How each loss averages, so micro-batch losses can be weighted to the mini-batch's.
+LOSS_NORMALIZER = {"set_clip": "units", "token_clip": "tokens", "reinforce": "units"}
+
+
+@dataclass
+class LearnerConfig:
+    lr: float = 2e-5
+    epochs: int = 1
+    minibatch_units: int = 0        # 0: the whole batch is one mini-batch
+    microbatch_rows: int = 32
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    beta: float = 0.0
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    temperature: float = 1.0
+    adv_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        checks = {"lr": self.lr > 0, "epochs": self.epochs >= 1,
+                  "minibatch_units": self.minibatch_units >= 0,
+                  "microbatch_rows": self.microbatch_rows >= 1,
+                  "eps_low": 0 <= self.eps_low < 1, "eps_high": self.eps_high >= 0,
+                  "beta": self.beta >= 0, "max_grad_norm": self.max_grad_norm > 0,
+                  "temperature": self.temperature > 0}
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)!r} is out of range")
+
+
+def _pad(rows: list[list], value, dtype) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=dtype)
+
+
+class Learner:
+    def __init__(self, policy: Policy, algorithm: Algorithm, config: LearnerConfig,
+                 seed: int = 0):
+        self.policy = policy
+        self.algorithm = algorithm
+        self.config = config
+        self.loss_fn = POLICY_LOSSES[algorithm.loss]
+        self.normalizer = LOSS_NORMALIZER.get(algorithm.loss, "units")
+        self.loss_config = LossConfig(config.eps_low, config.eps_high, algorithm.kappa)
+        params = [p for p in policy.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.lr,
+                                           weight_decay=config.weight_decay)
+        self.reference = None
+        if config.beta > 0:
+            self.reference = copy.deepcopy(policy.model).eval()
+            self.reference.requires_grad_(False)
+        self.rng = random.Random(seed)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.policy.model.parameters()).device
+
+    def response_logprobs(self, model, samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs of each sample's response ids given its prompt.
+
+        Returns (logp [R, T], mask [R, T]) with T the longest response; right padding."""
+        seqs = [s.prompt_ids + s.response_ids for s in samples]
+        input_ids = _pad(seqs, self.policy.pad_token_id, torch.long).to(self.device)
+        attention = _pad([[1] * len(s) for s in seqs], 0, torch.long).to(self.device)
+        logits = model(input_ids=input_ids, attention_mask=attention).logits.float()
+        width = max(len(s.response_ids) for s in samples)
+        # position p predicts token p + 1: the response starts at len(prompt)
+        starts = torch.tensor([len(s.prompt_ids) - 1 for s in samples], device=self.device)
+        offsets = torch.arange(width, device=self.device)
+        positions = (starts.unsqueeze(1) + offsets).clamp(max=input_ids.shape[1] - 1)
+        picked = logits.gather(1, positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+        logp_all = torch.log_softmax(picked / self.config.temperature, dim=-1)
+        targets = _pad([s.response_ids for s in samples], self.policy.pad_token_id,
+                       torch.long).to(self.device)
+        mask = _pad([[1.0] * len(s.response_ids) for s in samples], 0.0,
+                    torch.float32).to(self.device)
+        logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * mask
+        return logp, mask
+
+    def _microbatches(self, batch: list[ActionUnit]) -> list[list[ActionUnit]]:
+        groups, current, rows = [], [], 0
+        for unit in batch:
+            if current and rows + unit.size > self.config.microbatch_rows:
+                groups.append(current)
+                current, rows = [], 0
+            current.append(unit)
+            rows += unit.size
+        return groups + ([current] if current else [])
+
+    def _loss(self, units: list[ActionUnit], advantages: torch.Tensor):
+        samples = [m for u in units for m in u.members]
+        logp, mask = self.response_logprobs(self.policy.model, samples)
+        logp_old = _pad([s.logprobs for s in samples], 0.0, torch.float32).to(self.device)
+        unit_index = torch.tensor([i for i, u in enumerate(units) for _ in u.members],
+                                  device=self.device)
+        inputs = LossInputs(logp=logp, logp_old=logp_old * mask, mask=mask,
+                            unit_index=unit_index,
+                            unit_size=torch.tensor([float(u.size) for u in units],
+                                                   device=self.device),
+                            advantages=advantages.to(self.device))
+        loss, metrics = self.loss_fn(inputs, self.loss_config)
+        metrics["max_abs_log_ratio"] = float(((logp.detach() - logp_old) * mask).abs().max())
+        if self.reference is not None:
+            with torch.no_grad():
+                ref, _ = self.response_logprobs(self.reference, samples)
+            delta = (ref - logp) * mask
+            kl = ((torch.exp(delta) - delta - 1) * mask).sum() / mask.sum().clamp(min=1)
+            loss = loss + self.config.beta * kl
+            metrics["kl"] = float(kl.detach())
+        return loss, metrics, float(mask.sum())
+
+    def update(self, units: list[ActionUnit], advantages: np.ndarray) -> dict[str, float]:
+        """Several epochs of clipped updates on ``units`` with one advantage per unit."""
+        if not units:
+            return {"updates": 0}
+        adv_by_unit = {id(u): float(a) for u, a in zip(units, advantages, strict=True)}
+        model = self.policy.model
+        model.train()
+        size = self.config.minibatch_units or len(units)
+        grad_norms, sums, count, first_dev = [], {}, 0, None
+        for _ in range(self.config.epochs):
+            for batch in event_atomic_batches(units, size, self.rng):
+                self.optimizer.zero_grad(set_to_none=True)
+                total_units = len(batch)
+                total_tokens = sum(len(m.response_ids) for u in batch for m in u.members)
+                for micro in self._microbatches(batch):
+                    adv = torch.tensor([adv_by_unit[id(u)] for u in micro])
+                    loss, metrics, tokens = self._loss(micro, adv)
+                    weight = (len(micro) / total_units if self.normalizer == "units"
+                              else tokens / max(total_tokens, 1))
+                    (loss * weight).backward()
+                    if first_dev is None:
+                        first_dev = metrics["max_abs_log_ratio"]
+                    for key, value in metrics.items():
+                        sums[key] = sums.get(key, 0.0) + value
+                    sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) * weight
+                    count += 1
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                                      self.config.max_grad_norm)
+                grad_norms.append(float(norm))
+                self.optimizer.step()
+        model.eval()
+        out = {k: v / count for k, v in sums.items()}
+        out["loss"] = sums["loss"] / len(grad_norms)
+        norms = np.array(grad_norms)
+        out.update(updates=len(grad_norms), grad_norm=float(norms.mean()),
+                   grad_norm_cv=float(norms.std() / norms.mean()) if norms.mean() > 0 else 0.0,
+                   first_epoch_max_abs_log_ratio=float(first_dev))
+        return out

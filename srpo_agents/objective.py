@@ -1,0 +1,187 @@
+"""Advantage estimators and policy losses, registered by name with one signature each.
+
+SRPO (../shared/SRPO.md, section 2) and every comparison of its section 3 are a choice
+of three things: the *action unit* (the whole active set, or each output alone), an
+*advantage estimator* (which units are compared with which) and a *policy loss* (how
+the ratio is formed, clipped and averaged). The learner loops over names; adding a
+method is a few lines here.
+
+Signatures:
+
+    advantage estimator: (units: Sequence[UnitInfo], eps: float) -> np.ndarray [U]
+    policy loss:         (inputs: LossInputs, cfg: LossConfig) -> (loss, metrics)
+
+Shapes in ``LossInputs`` (R member rows, T response tokens, U action units):
+    logp, logp_old: [R, T] float   log-probs of the sampled response tokens
+    mask:           [R, T] float   1 on response tokens, 0 on padding
+    unit_index:     [R]    long    the unit each row belongs to, in 0..U-1
+    unit_size:      [U]    float   K of each unit (number of member rows)
+    advantages:     [U]    float   one scalar per unit
+
+Deliberate choices: the set log-ratio is computed in log space and clipped once per unit
+(as the spec says); the per-output baselines use token-level ratios and token-mean
+aggregation, as their papers do; MAGRPO is REINFORCE with a group-mean baseline and no
+ratio. KL to a reference (k3) is added by the learner, the same for every loss.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+KAPPAS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "inv_sqrt": lambda k: k.rsqrt(),      # SRPO default: Var(L_e) stays one member's
+    "one": lambda k: torch.ones_like(k),  # SRPO-sum
+    "inv": lambda k: k.reciprocal(),      # SRPO-mean
+}
+
+
+@dataclass(frozen=True)
+class UnitInfo:
+    """What an advantage estimator may know about one action unit."""
+
+    task_id: str
+    episode_id: str
+    event_type: str
+    step_index: int
+    agent_id: str          # the member's agent for output units; "" for a set
+    pre_state_id: str
+    reward: float          # the return credited to this unit (episode outcome by default)
+
+
+@dataclass
+class LossInputs:
+    logp: torch.Tensor
+    logp_old: torch.Tensor
+    mask: torch.Tensor
+    unit_index: torch.Tensor
+    unit_size: torch.Tensor
+    advantages: torch.Tensor
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    kappa: str = "inv_sqrt"
+
+
+ADVANTAGE_ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {}
+POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, float]]]] = {}
+
+
+def register_adv_est(name: str):
+    def add(fn):
+        ADVANTAGE_ESTIMATORS[name] = fn
+        return fn
+    return add
+
+
+def register_policy_loss(name: str):
+    def add(fn):
+        POLICY_LOSSES[name] = fn
+        return fn
+    return add
+
+
+def group_relative(units: Sequence[UnitInfo], key: Callable[[UnitInfo], Hashable],
+                   eps: float, scale: bool = True) -> np.ndarray:
+    """(R - mean_g) / (std_g + eps) within groups of equal ``key`` (population std).
+
+    A group of one unit, or one whose rewards are all equal, gets advantage 0."""
+    groups: dict[Hashable, list[int]] = defaultdict(list)
+    for i, unit in enumerate(units):
+        groups[key(unit)].append(i)
+    rewards = np.array([u.reward for u in units], dtype=np.float64)
+    out = np.zeros(len(units), dtype=np.float64)
+    for members in groups.values():
+        r = rewards[members]
+        centered = r - r.mean()
+        if not scale:
+            out[members] = centered
+        elif r.std() > 0:
+            out[members] = centered / (r.std() + eps)
+    return out
+
+
+@register_adv_est("task")
+def task_advantage(units: Sequence[UnitInfo], eps: float = 1e-6) -> np.ndarray:
+    """SRPO default and GRPO: all units of the G rollouts of one task form a group."""
+    return group_relative(units, lambda u: u.task_id, eps)
+
+
+@register_adv_est("task_event_type")
+def task_event_type_advantage(units: Sequence[UnitInfo], eps: float = 1e-6) -> np.ndarray:
+    """SRPO with groups of (task, event type), e.g. solver sets vs aggregator events."""
+    return group_relative(units, lambda u: (u.task_id, u.event_type), eps)
+
+
+@register_adv_est("task_step")
+def task_step_advantage(units: Sequence[UnitInfo], eps: float = 1e-6) -> np.ndarray:
+    """SRPO with groups of (task, step index)."""
+    return group_relative(units, lambda u: (u.task_id, u.step_index), eps)
+
+
+@register_policy_loss("set_clip")
+def set_clip_loss(inputs: LossInputs, cfg: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """SRPO: L_u = kappa(K_u) * sum_{j in u} sum_t m (logp - logp_old); rho_u = exp(L_u);
+    J = mean_u min(rho_u A_u, clip(rho_u, 1 - eps_low, 1 + eps_high) A_u); loss = -J.
+
+    With units of one output each (K = 1) this is SRPO-singleton: a sequence-level ratio
+    per output, mean over outputs."""
+    n_units = inputs.unit_size.shape[0]
+    row_log_ratio = ((inputs.logp - inputs.logp_old) * inputs.mask).sum(dim=1)      # [R]
+    set_log_ratio = torch.zeros(n_units, dtype=row_log_ratio.dtype,
+                                device=row_log_ratio.device)
+    set_log_ratio = set_log_ratio.index_add(0, inputs.unit_index, row_log_ratio)    # [U]
+    set_log_ratio = KAPPAS[cfg.kappa](inputs.unit_size.to(set_log_ratio.dtype)) * set_log_ratio
+    ratio = torch.exp(set_log_ratio)
+    adv = inputs.advantages.to(ratio.dtype)
+    clipped = torch.clamp(ratio, 1 - cfg.eps_low, 1 + cfg.eps_high)
+    objective = torch.minimum(ratio * adv, clipped * adv)
+    clip_frac = ((ratio * adv) > (clipped * adv)).float().mean()
+    return -objective.mean(), {"clip_fraction": float(clip_frac),
+                               "ratio_mean": float(ratio.detach().mean())}
+
+
+@register_policy_loss("token_clip")
+def token_clip_loss(inputs: LossInputs, cfg: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """GRPO-style: per-token ratio r_t = exp(logp - logp_old), clipped per token with the
+    row's unit advantage, averaged over all response tokens of the batch (token-mean)."""
+    adv = inputs.advantages[inputs.unit_index].unsqueeze(1).to(inputs.logp.dtype)  # [R, 1]
+    ratio = torch.exp(inputs.logp - inputs.logp_old)                                  # [R, T]
+    clipped = torch.clamp(ratio, 1 - cfg.eps_low, 1 + cfg.eps_high)
+    per_token = torch.minimum(ratio * adv, clipped * adv)
+    tokens = inputs.mask.sum().clamp(min=1)
+    clip_frac = ((((ratio * adv) > (clipped * adv)).float() * inputs.mask).sum() / tokens)
+    return -(per_token * inputs.mask).sum() / tokens, {"clip_fraction": float(clip_frac),
+                                                       "ratio_mean": float(ratio.detach()[
+                                                           inputs.mask > 0].mean())}
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One row of SRPO.md section 3: how units are formed and which functions apply."""
+
+    unit: str          # "set" (the active set is one action) or "output" (each output alone)
+    advantage: str     # a name in ADVANTAGE_ESTIMATORS
+    loss: str          # a name in POLICY_LOSSES
+    kappa: str = "inv_sqrt"
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "srpo": Algorithm("set", "task", "set_clip", "inv_sqrt"),
+    "srpo_sum": Algorithm("set", "task", "set_clip", "one"),
+    "srpo_mean": Algorithm("set", "task", "set_clip", "inv"),
+    "srpo_singleton": Algorithm("output", "task", "set_clip", "inv_sqrt"),
+}
+
+
+def kappa_value(name: str, k: int) -> float:
+    """kappa(K) as a float, for reports and hand checks."""
+    return {"inv_sqrt": 1 / math.sqrt(k), "one": 1.0, "inv": 1 / k}[name]

@@ -1,0 +1,125 @@
+"""The policy the learner trains: a Hugging Face causal LM, its tokenizer, and the one
+rule that turns an environment prompt into the token ids the model is conditioned on.
+
+Deliberate choices:
+- **Prompts are data.** An env prompt can hold text that a chat template treats as a
+  control token (``<|im_end|>`` quoted from another agent's answer or from a retrieved
+  passage). ``prompt_ids`` renders the chat template around a sentinel, tokenizes the
+  template's own pieces normally (their control tokens stay control tokens) and the
+  prompt with ``split_special_tokens=True``, so no character of the prompt can become a
+  special id. Tokenizing the three pieces separately can differ from tokenizing the
+  rendered string at the two seams (a BPE merge across a template boundary); it does
+  not matter, because the learner scores exactly the ids built here, never a re-encoding.
+  Added tokens that the tokenizer does not mark special (Qwen3's ``<think>``) are still
+  matched, as they would be in the model's own outputs; the envs neutralize such tags in
+  quoted text anyway (``srpo_envs.text.neutralize_control_tokens``).
+- **No system line.** The role is not injected: every env prompt already opens with the
+  role's instructions ("You are a math verifier. ..."), so one shared policy gets its role
+  conditioning from the prompt itself, and a template's default system message (Qwen2.5
+  adds one) stays as the model was trained with. ``role`` is part of the signature so a
+  multi-policy learner can route on it.
+- **No template, plain text.** A base model without ``chat_template`` is conditioned on the
+  prompt text alone (still with special tokens split), plus whatever its tokenizer's
+  post-processor adds (Llama's BOS).
+- ``decode`` is the text the env receives: end-of-sequence, padding and every special
+  token are dropped, and no tokenization-space clean-up is applied, so the text is the
+  literal concatenation of the sampled tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    import transformers
+
+_SENTINEL = "\x00SRPO-PROMPT\x00"
+
+
+@dataclass
+class Policy:
+    """A causal LM with its tokenizer. ``name`` is the hub name or local path it was loaded
+    from (a vLLM engine loads its own copy from there)."""
+
+    model: transformers.PreTrainedModel
+    tokenizer: transformers.PreTrainedTokenizerBase
+    name: str
+
+    def prompt_ids(self, role: str, prompt: str) -> list[int]:
+        """Token ids the model is conditioned on when ``role`` acts on ``prompt``: the chat
+        template's user turn holding ``prompt`` followed by the generation prompt, or the
+        plain prompt without a template. ``role`` is not rendered (see module docstring)."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            # The tokenizer's own BOS (if its post-processor adds one) still comes from
+            # the tokenizer, never from the text.
+            return self.tokenizer.encode(prompt, add_special_tokens=True,
+                                         split_special_tokens=True)
+        prefix, suffix = self._template_pieces()
+        # The template writes its own BOS if it wants one, so none is added around it.
+        return (self.tokenizer.encode(prefix, add_special_tokens=False)
+                + self.tokenizer.encode(prompt, add_special_tokens=False,
+                                        split_special_tokens=True)
+                + self.tokenizer.encode(suffix, add_special_tokens=False))
+
+    def decode(self, response_ids: list[int]) -> str:
+        """The text of sampled ids, without EOS, padding or other special tokens."""
+        dropped = self.eos_token_ids | {self.pad_token_id}
+        return self.tokenizer.decode([i for i in response_ids if i not in dropped],
+                                     skip_special_tokens=True,
+                                     clean_up_tokenization_spaces=False)
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """Ids that end a response: the tokenizer's EOS and the model's generation config
+        EOS ids (chat models often list their end-of-turn token there)."""
+        ids = set()
+        for value in (self.tokenizer.eos_token_id,
+                      getattr(self.model.generation_config, "eos_token_id", None)):
+            if isinstance(value, int):
+                ids.add(value)
+            elif value is not None:
+                ids.update(int(v) for v in value)
+        if not ids:
+            raise ValueError(f"policy {self.name!r} has no EOS token id: set "
+                             f"tokenizer.eos_token or generation_config.eos_token_id")
+        return frozenset(ids)
+
+    @property
+    def pad_token_id(self) -> int:
+        return int(self.tokenizer.pad_token_id)
+
+    # -- helpers ------------------------------------------------------------------
+    def _template_pieces(self) -> tuple[str, str]:
+        """The rendered chat template before and after the user content. Rendered per
+        call (cheap next to generation) so a template edited after loading is honoured."""
+        rendered = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": _SENTINEL}], tokenize=False,
+            add_generation_prompt=True)
+        if rendered.count(_SENTINEL) != 1:
+            raise ValueError(f"the chat template of {self.name!r} does not insert the user "
+                             f"content verbatim exactly once; cannot build prompt ids")
+        prefix, suffix = rendered.split(_SENTINEL)
+        return prefix, suffix
+
+def load_policy(name_or_path: str, *, device: str = "cpu",
+                dtype: torch.dtype | str | None = None) -> Policy:
+    """Load any Hugging Face causal LM and its tokenizer by hub name or local path.
+
+    ``dtype=None`` keeps the checkpoint's stored dtype ("auto"). A tokenizer without a pad
+    token gets its EOS token as pad: pad positions are always masked, and both are dropped
+    by ``decode``, so reusing the id is harmless.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"tokenizer of {name_or_path!r} has neither a pad nor an EOS "
+                             f"token")
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(
+        name_or_path, dtype=dtype if dtype is not None else "auto")
+    model.to(device)
+    return Policy(model=model, tokenizer=tokenizer, name=str(name_or_path))

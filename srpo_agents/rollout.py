@@ -1,0 +1,181 @@
+"""Rollouts: play many episodes of srpo environments with one policy, batching every due
+agent of every live episode into one generation call per round.
+
+Deliberate choices:
+- **Batch across episodes, step in lockstep.** Each round gathers the due agents of all
+  live envs, generates for all of them at once, then steps every live env with its
+  agents' texts. Episodes of different lengths simply drop out of later rounds. A round
+  is as wide as the team sizes summed over live episodes (e.g. 64 parallel math episodes
+  with K=3 solvers: 192 prompts, then 64 aggregator prompts).
+- **Samples are keyed by what the env recorded.** After stepping, the engine reads
+  ``env.last_transition`` and stores each due agent's sample under
+  ``(transition.step_index, agent_id)``, the key the learner joins on
+  ``Transition.consumed``. Agents that were not due get no sample.
+- **No re-tokenization.** ``Sample.response_ids`` and ``Sample.logprobs`` are exactly what
+  was sampled; ``Sample.text`` is ``policy.decode(response_ids)``, the string the env was
+  sent. The env may clip an over-long text (``info["clipped_agents"]``); the sample keeps
+  the full ids, which are the action the behaviour policy took.
+- **Unfinished samples.** A response that hit ``max_new_tokens`` has ``finished=False``.
+  With ``drop_unfinished=True`` the env is sent ``None`` for it, so the transition lists
+  the agent in ``expected_agents`` but not in ``consumed`` and the learner drops the event
+  whole. The sample is still kept (its tokens were generated and count as cost); its
+  ``text`` is what the env would have received.
+- **Policy version.** The learner bumps ``RolloutEngine.policy_version`` after each update;
+  every sample records the version that produced it, and a backend holding its own copy of
+  the weights (vLLM) is synced before the next generation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from srpo_agents.generation import BACKENDS, GenerationOutput
+from srpo_agents.policy import Policy
+from srpo_envs import Transition
+
+
+@dataclass
+class Sample:
+    """One generated output of one agent at one event."""
+
+    episode_id: str
+    step_index: int
+    agent_id: str
+    role: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    """Sampled ids, ending with the EOS id when ``finished``."""
+    logprobs: list[float]
+    """Behaviour log-prob of each response id; ``len(logprobs) == len(response_ids)``."""
+    finished: bool
+    """True if the response ended with EOS, False if it hit ``max_new_tokens``."""
+    text: str
+    """``policy.decode(response_ids)``: the text sent to the env (``None`` was sent instead
+    when ``finished`` is False under ``drop_unfinished``)."""
+    policy_version: int
+
+
+@dataclass
+class Rollout:
+    """One episode: its transitions and the sample behind every due agent of each."""
+
+    episode_id: str
+    task_id: str
+    transitions: list[Transition]
+    samples: dict[tuple[int, str], Sample] = field(default_factory=dict)
+    """Keyed by ``(step_index, agent_id)``."""
+
+    @property
+    def reward(self) -> float:
+        """The episode outcome: the sum of transition rewards."""
+        return sum(t.reward for t in self.transitions)
+
+    @property
+    def correct(self) -> bool | None:
+        """``info["correct"]`` of the last transition, or None if it has none."""
+        if not self.transitions or "correct" not in self.transitions[-1].info:
+            return None
+        return bool(self.transitions[-1].info["correct"])
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(len(s.response_ids) for s in self.samples.values())
+
+    @property
+    def tool_calls(self) -> int:
+        return sum(int(t.info.get("tool_calls", 0)) for t in self.transitions)
+
+
+class RolloutEngine:
+    """Plays episodes with ``policy``; see the module docstring.
+
+    Args:
+        policy: the policy to sample from.
+        max_new_tokens: response length limit (tokens).
+        temperature: sampling temperature; 0 means greedy (argmax, log-probs of the
+            untempered softmax).
+        top_p: nucleus mass in (0, 1]; below 1 the recorded log-probs are not the
+            nucleus' (see ``srpo_agents.generation``).
+        max_batch: most prompts per forward batch (hf); vLLM's ``max_num_seqs``.
+        drop_unfinished: send ``None`` for responses that hit ``max_new_tokens``.
+        backend: "hf" (built-in loop) or "vllm" (optional extra).
+        seed: seeds the sampler, so a run is reproducible.
+    """
+
+    def __init__(self, policy: Policy, *, max_new_tokens: int = 64, temperature: float = 1.0,
+                 top_p: float = 1.0, max_batch: int = 256, drop_unfinished: bool = False,
+                 backend: str = "hf", seed: int = 0):
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens!r}: expected >= 1")
+        if temperature < 0:
+            raise ValueError(f"temperature={temperature!r}: expected >= 0 (0 = greedy)")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p={top_p!r}: expected 0 < top_p <= 1")
+        if max_batch < 1:
+            raise ValueError(f"max_batch={max_batch!r}: expected >= 1")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r}: expected one of {sorted(BACKENDS)}")
+        self.policy = policy
+        self.drop_unfinished = drop_unfinished
+        self.policy_version = 0
+        self._generator = BACKENDS[backend](
+            policy, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+            max_batch=max_batch, seed=seed)
+        self._synced_version = 0
+
+    def sampler_generators(self) -> dict[str, torch.Generator]:
+        """The random generators behind sampling, by name, for checkpoints: restoring
+        their states makes a resumed run draw the samples an uninterrupted one would."""
+        generator = getattr(self._generator, "generator", None)
+        return {"sampler": generator} if generator is not None else {}
+
+    def generate(self, prompts: list[list[int]]) -> list[GenerationOutput]:
+        """Sample one response per prompt: ``(response_ids, logprobs, finished)`` each."""
+        if self._synced_version != self.policy_version:
+            self._generator.sync_weights(self.policy.model)
+            self._synced_version = self.policy_version
+        return self._generator.generate(prompts)
+
+    def run(self, envs: Sequence, options: Sequence[dict]) -> list[Rollout]:
+        """Reset ``envs[i]`` with ``options[i]`` and play every episode to its end.
+
+        Returns one ``Rollout`` per env, in order.
+        """
+        if len(envs) != len(options):
+            raise ValueError(f"got {len(envs)} envs but {len(options)} options")
+        observations = [env.reset(options=dict(opt))[0]
+                        for env, opt in zip(envs, options, strict=True)]
+        samples: list[dict[tuple[int, str], Sample]] = [{} for _ in envs]
+        while live := [i for i, env in enumerate(envs) if env.agents]:
+            due = [(i, agent) for i in live for agent in envs[i].due_agents]
+            prompts = [self.policy.prompt_ids(envs[i].roles[agent], observations[i][agent])
+                       for i, agent in due]
+            outputs = self.generate(prompts)
+            version = self.policy_version
+            texts = [self.policy.decode(ids) for ids, _, _ in outputs]
+            actions: dict[int, dict[str, str | None]] = {i: {} for i in live}
+            for (i, agent), (_, _, finished), text in zip(due, outputs, texts, strict=True):
+                send = finished or not self.drop_unfinished
+                actions[i][agent] = text if send else None
+            for i in live:
+                observations[i] = envs[i].step(actions[i])[0]
+            for (i, agent), prompt, (ids, logprobs, finished), text in zip(
+                    due, prompts, outputs, texts, strict=True):
+                transition = envs[i].last_transition
+                samples[i][(transition.step_index, agent)] = Sample(
+                    episode_id=transition.episode_id, step_index=transition.step_index,
+                    agent_id=agent, role=envs[i].roles[agent], prompt_ids=prompt,
+                    response_ids=ids, logprobs=logprobs, finished=finished, text=text,
+                    policy_version=version)
+        rollouts = []
+        for env, episode_samples in zip(envs, samples, strict=True):
+            transitions = list(env.transitions)
+            first = transitions[0] if transitions else None
+            rollouts.append(Rollout(
+                episode_id=first.episode_id if first else "",
+                task_id=first.task_id if first else "",
+                transitions=transitions, samples=episode_samples))
+        return rollouts

@@ -1,0 +1,124 @@
+"""The tiny CPU policy's warm start: supervised fine-tuning on reference trajectories.
+
+A randomly initialized 1M-parameter model never produces a correct answer, so RL would
+have no signal. The warm start imitates reference trajectories, played by the env-side
+scripted teams (``srpo_envs.scripted``) and read back as ``Transition``s: solvers copy
+the task's reference solution, aggregators the majority answer, verifiers a judgement,
+searchers the titles of supporting documents. Solver outputs that are not the reference
+solution are left out, so wrong arithmetic is never imitated.
+
+It stops at a *modest* accuracy (``target``, checked on held-out tasks by sampling) or
+at its time budget, whichever comes first, so RL has room to improve; the result is
+cached in the run directory (``warmstart/``) with the settings it was made with.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from srpo_agents.checkpoint import save_pretrained_atomic
+from srpo_agents.evaluate import evaluate
+from srpo_agents.policy import Policy, load_policy
+from srpo_agents.rollout import RolloutEngine
+from srpo_agents.tiny import build_tiny_policy
+
+META = "warmstart.json"
+
+
+def reference_examples(make_env: Callable[[int], Any], episodes: int,
+                       seed: int) -> list[tuple[str, str, str]]:
+    """(role, prompt, text) of every consumed output worth imitating."""
+    from srpo_envs.scripted import OracleSearchTeam, ScriptedMathTeam
+
+    env = make_env(seed)
+    is_math = hasattr(env, "current_task") and hasattr(env.task(0), "solution")
+    team = ScriptedMathTeam(skill=0.75, seed=seed) if is_math else OracleSearchTeam()
+    examples = []
+    for _ in range(episodes):
+        observations, _ = env.reset()
+        while env.agents:
+            observations, *_ = env.step(team.act(env, observations))
+        for t in env.transitions:
+            for c in t.consumed:
+                if is_math and c.role == "solver" and c.text != env.current_task.solution:
+                    continue
+                examples.append((c.role, c.prompt, c.text))
+    return examples
+
+
+def _encode(policy: Policy, role: str, prompt: str, text: str) -> tuple[list[int], int]:
+    prompt_ids = policy.prompt_ids(role, prompt)
+    response = policy.tokenizer(text, add_special_tokens=False,
+                                split_special_tokens=True)["input_ids"]
+    return prompt_ids + response + [policy.tokenizer.eos_token_id], len(prompt_ids)
+
+
+def sft_loss(policy: Policy, batch: list[tuple[list[int], int]]) -> torch.Tensor:
+    """Token-mean cross-entropy on response tokens (prompt and padding masked)."""
+    width = max(len(ids) for ids, _ in batch)
+    pad = policy.pad_token_id
+    input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
+    attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
+    labels = input_ids.clone()
+    for row, (ids, prompt_len) in enumerate(batch):
+        labels[row, :prompt_len] = -100
+        labels[row, len(ids):] = -100
+    logits = policy.model(input_ids=input_ids, attention_mask=attention).logits
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1),
+        ignore_index=-100)
+
+
+def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
+               make_eval_env: Callable[[int], Any], *, minutes: float, target: float,
+               seed: int, max_new_tokens: int, log=print) -> tuple[Policy, dict]:
+    """Build (or load from ``run_dir/warmstart``) the warm-started tiny policy."""
+    out = Path(run_dir) / "warmstart"
+    settings = {"minutes": minutes, "target": target, "seed": seed, "version": 1}
+    meta_path = out / META
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("settings") == settings:
+            log(f"warm start: cached in {out} (accuracy {meta['accuracy']:.3f})")
+            return load_policy(str(out)), meta
+    torch.manual_seed(seed)
+    examples = reference_examples(make_train_env, episodes=3000, seed=seed)
+    texts = [p for _, p, _ in examples] + [t for _, _, t in examples]
+    policy = build_tiny_policy(texts, Path(run_dir) / "tiny-init", seed=seed)
+    encoded = [_encode(policy, *e) for e in examples]
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=2e-3, weight_decay=0.01)
+    engine = RolloutEngine(policy, max_new_tokens=max_new_tokens, seed=seed)
+    eval_envs = [make_eval_env(10_000 + i) for i in range(64)]
+    rng = random.Random(seed)
+    start, steps, accuracy = time.monotonic(), 0, 0.0
+    check_every = 50
+    while time.monotonic() - start < minutes * 60:
+        policy.model.train()
+        batch = rng.sample(encoded, min(64, len(encoded)))
+        loss = sft_loss(policy, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0)
+        optimizer.step()
+        steps += 1
+        if steps % check_every == 0:
+            policy.model.eval()
+            result = evaluate(engine, eval_envs, list(range(64)), k=2, tag="warm")
+            accuracy = result["avg_at_k"]
+            log(f"warm start: step {steps} loss {loss.item():.3f} held-out avg@2 "
+                f"{accuracy:.3f} ({time.monotonic() - start:.0f}s)")
+            if accuracy >= target:
+                break
+    policy.model.eval()
+    meta = {"settings": settings, "steps": steps, "accuracy": accuracy,
+            "examples": len(examples), "seconds": time.monotonic() - start}
+    save_pretrained_atomic(policy.model, policy.tokenizer, out)
+    meta_path.write_text(json.dumps(meta, indent=2))
+    return load_policy(str(out)), meta

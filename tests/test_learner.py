@@ -1,0 +1,197 @@
+"""The learner end to end on a tiny policy: ratio 1 at the first epoch, dropped events,
+event-atomic batches, every parameter updated, exact resume, and the CLI."""
+
+import json
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from srpo_agents.config import TrainConfig
+from srpo_agents.envs import env_factory
+from srpo_agents.events import ActionUnit, build_units, event_atomic_batches
+from srpo_agents.learner import Learner, LearnerConfig
+from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS, UnitInfo
+from srpo_agents.rollout import Rollout, RolloutEngine, Sample
+from srpo_agents.tiny import build_tiny_policy
+from srpo_agents.train import train
+from srpo_envs import math_v0
+from srpo_envs.transition import ConsumedOutput, Transition
+
+CONFIG = dict(env="SRPO-Math-v0", workflow="parallel", n_agents=3, compact_prompts=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    env = math_v0.parallel_env(workflow="parallel", seed=0)
+    texts = [env.task(i).question + env.task(i).solution for i in range(300)]
+    out = tmp_path_factory.mktemp("tiny")
+    build_tiny_policy(texts, out, hidden_size=64, num_layers=2, num_heads=2, seed=0)
+    return out
+
+
+def fresh_policy(tiny_dir):
+    from srpo_agents.policy import load_policy
+
+    return load_policy(str(tiny_dir))
+
+
+def rollouts_for(policy, n_tasks=4, group=4, max_new_tokens=24, **engine_kwargs):
+    make = env_factory(TrainConfig(model="x", **CONFIG), "train")
+    envs = [make(i) for i in range(n_tasks * group)]
+    engine = RolloutEngine(policy, max_new_tokens=max_new_tokens, seed=0, **engine_kwargs)
+    options = [{"task_index": t, "episode_id": f"t{t}-g{g}"}
+               for t in range(n_tasks) for g in range(group)]
+    return engine.run(envs, options)
+
+
+def forced_advantages(units):
+    """Alternating +-1 so every unit pushes the parameters whatever the rewards were."""
+    return np.array([1.0 if i % 2 else -1.0 for i in range(len(units))])
+
+
+def test_first_epoch_ratio_is_exactly_one(tiny_dir):
+    policy = fresh_policy(tiny_dir)
+    units, stats = build_units(rollouts_for(policy), "set")
+    assert stats.events_dropped == 0 and stats.mean_set_size == pytest.approx(2.0)
+    learner = Learner(policy, ALGORITHMS["srpo"], LearnerConfig(lr=1e-3, microbatch_rows=7))
+    metrics = learner.update(units, forced_advantages(units))
+    assert metrics["first_epoch_max_abs_log_ratio"] < 1e-5
+
+
+def _sample(step, agent):
+    return Sample("ep", step, agent, "solver", [1, 2], [3, 4], [-1.0, -1.0], True, "x", 0)
+
+
+def test_event_with_missing_member_is_dropped_and_counted():
+    consumed = tuple(ConsumedOutput(f"solver_{i}", "solver", "p", "x") for i in range(2))
+    short = Transition("ep", "t", 0, "solve", "s0", consumed,
+                       ("solver_0", "solver_1", "solver_2"), 0.0, False, False)
+    whole = Transition("ep", "t", 1, "aggregate", "s1",
+                       (ConsumedOutput("aggregator_0", "aggregator", "p", "x"),),
+                       ("aggregator_0",), 1.0, True, False)
+    samples = {(0, "solver_0"): _sample(0, "solver_0"), (0, "solver_1"): _sample(0, "solver_1"),
+               (1, "aggregator_0"): _sample(1, "aggregator_0")}
+    units, stats = build_units([Rollout("ep", "t", [short, whole], samples)], "set")
+    assert (stats.events, stats.events_dropped) == (2, 1)
+    assert [u.info.event_type for u in units] == ["aggregate"]
+    # a consumed output without its sample (a lost worker) drops its event too
+    del samples[(1, "aggregator_0")]
+    units, stats = build_units([Rollout("ep", "t", [short, whole], samples)], "output")
+    assert (units, stats.events_dropped) == ([], 2)
+
+
+def test_unfinished_generations_withheld_from_the_env_drop_their_events(tiny_dir):
+    rollouts = rollouts_for(fresh_policy(tiny_dir), n_tasks=2, group=2, max_new_tokens=2,
+                            drop_unfinished=True)
+    units, stats = build_units(rollouts, "set")
+    assert stats.events_dropped > 0 and stats.events_dropped == stats.events - len(units)
+    for unit in units:
+        assert all(m.finished for m in unit.members)
+
+
+def test_member_rows_never_split_across_minibatches(tiny_dir):
+    sizes = [3, 1, 5, 2, 1, 4]
+    units = [ActionUnit(UnitInfo("t", f"e{i}", "solve", 0, "", "s", 0.0),
+                        [_sample(0, f"a{j}") for j in range(k)]) for i, k in enumerate(sizes)]
+    seen = []
+    for batch in event_atomic_batches(units, 2, random.Random(0)):
+        assert len(batch) <= 2
+        seen += [id(u) for u in batch]
+    assert sorted(seen) == sorted(id(u) for u in units)
+    learner = Learner(fresh_policy(tiny_dir), ALGORITHMS["srpo"], LearnerConfig(microbatch_rows=4))
+    micro = learner._microbatches(units)
+    assert sum(len(m) for m in micro) == len(units)
+    assert all(sum(u.size for u in m) <= 4 or len(m) == 1 for m in micro)
+
+
+@pytest.mark.parametrize("algo", ["srpo", "srpo_sum", "srpo_mean", "srpo_singleton"])
+def test_every_trainable_parameter_changes_after_one_update(tiny_dir, algo):
+    policy = fresh_policy(tiny_dir)
+    before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+    algorithm = ALGORITHMS[algo]
+    units, _ = build_units(rollouts_for(policy, n_tasks=2, group=2), algorithm.unit)
+    Learner(policy, algorithm, LearnerConfig(lr=1e-2)).update(units, forced_advantages(units))
+    unchanged = [n for n, p in policy.model.named_parameters()
+                 if p.requires_grad and torch.equal(p.detach(), before[n])]
+    assert unchanged == []
+
+
+def test_microbatching_does_not_change_the_gradient(tiny_dir):
+    # Compared before the optimizer: Adam divides by sqrt(v), which turns float
+    # summation-order noise on near-zero gradients into visible parameter differences.
+    policy = fresh_policy(tiny_dir)
+    units, _ = build_units(rollouts_for(policy, n_tasks=2, group=2), "set")
+    grads = []
+    for rows in (1000, 3):
+        model = fresh_policy(tiny_dir)
+        learner = Learner(model, ALGORITHMS["srpo"], LearnerConfig(lr=1e-2, microbatch_rows=rows))
+        learner.optimizer.step = lambda: None  # keep the weights: compare the gradients
+        learner.update(units, forced_advantages(units))
+        grads.append(torch.cat([p.grad.flatten() for p in model.model.parameters()]))
+    assert len(learner._microbatches(units)) > 1
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
+
+
+def small_config(tiny_dir, out, steps, resume=False):
+    return TrainConfig(model=str(tiny_dir), steps=steps, group_size=2, tasks_per_step=3,
+                       eval_tasks=3, eval_k=2, max_new_tokens=12, lr=1e-3, save_every=1,
+                       out=str(out), resume=resume, **CONFIG)
+
+
+def test_resume_reproduces_the_next_steps_metrics(tiny_dir, tmp_path):
+    straight = train(small_config(tiny_dir, tmp_path / "a", steps=3), log=lambda *_: None)
+    train(small_config(tiny_dir, tmp_path / "b", steps=2), log=lambda *_: None)
+    resumed = train(small_config(tiny_dir, tmp_path / "b", steps=3, resume=True),
+                    log=lambda *_: None)
+
+    def rows(run):
+        lines = (tmp_path / run / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in lines]
+
+    assert [r["step"] for r in rows("b")] == [0, 1, 2]
+    assert rows("a") == rows("b")
+    assert straight["after"] == resumed["after"]
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    for key in ("before", "after"):
+        assert set(summary[key]) >= {"avg_at_k", "pass_at_k", "k", "tokens_per_task",
+                                     "tool_calls_per_task"}
+        assert 0 <= summary[key]["avg_at_k"] <= summary[key]["pass_at_k"] <= 1
+    assert (tmp_path / "a" / "learning_curve.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("env_args", [
+    ["--env", "SRPO-Math-v0", "--workflow", "parallel", "--n-agents", "2"],
+    ["--env", "SRPO-Search-v0", "--workflow", "single"],
+])
+def test_cli_smoke_two_steps(tiny_dir, tmp_path, env_args):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "srpo_agents.cli", "train", *env_args, "--algo", "srpo",
+           "--model", str(tiny_dir), "--compact-prompts", "--steps", "2", "--group-size", "2",
+           "--tasks-per-step", "2", "--eval-tasks", "2", "--eval-k", "2",
+           "--max-new-tokens", "12", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "SRPO_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| avg@2 |" in done.stdout
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["env"] == env_args[1]
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "srpo_agents.cli", "eval", "--checkpoint", str(out), *env_args,
+         "--compact-prompts", "--k", "2", "--tasks", "2", "--max-new-tokens", "12"],
+        capture_output=True, text=True, timeout=600,
+        env={**__import__("os").environ, "SRPO_CACHE_DIR": str(tmp_path)})
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert "pass@2" in evaluated.stdout
+
+
+def test_bad_config_names_the_field():
+    with pytest.raises(ValueError, match="algo='ppo'"):
+        TrainConfig(algo="ppo")
+    with pytest.raises(ValueError, match="group_size=1"):
+        TrainConfig(group_size=1)
+    assert ADVANTAGE_ESTIMATORS["task"]
