@@ -35,6 +35,8 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
+from machine import cpu_model  # benchmarks/machine.py
+
 from srpo_envs.retrieval import Corpus, make_retriever
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,14 +90,6 @@ def timed(fn):
     return value, time.perf_counter() - start
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import cpu_model  # benchmarks/machine.py
+
 from srpo_envs import math_v0, search_v0
 from srpo_envs.scripted import OracleSearchTeam, ScriptedMathTeam
 
@@ -56,14 +58,6 @@ def measure(env_id: str, workflow: str, k: int, episodes: int, cache_dir: str) -
             "outputs_per_s": outputs / seconds, "queries_per_s": tool_calls / seconds}
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     config = TrainConfig(env="SRPO-Math-v0", workflow="parallel", n_agents=3, algo="srpo",
                          model="tiny", steps=args.steps, group_size=8, tasks_per_step=16,
-                         lr=2e-5, difficulty=(1,), max_new_tokens=32, eval_tasks=200,
+                         lr=2e-5, difficulty=(0,), max_new_tokens=32, eval_tasks=100,
                          eval_k=8, warmstart_minutes=3.0, warmstart_target=0.2,
                          seed=args.seed, out=args.out, save_every=5)
     start = time.monotonic()

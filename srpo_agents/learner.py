@@ -107,8 +107,13 @@ class Learner:
         return logp, mask
 
     def _microbatches(self, batch: list[ActionUnit]) -> list[list[ActionUnit]]:
+        """Whole units, at most ``microbatch_rows`` rows each (a larger unit goes alone),
+        grouped by length so that rows of similar length share their padding."""
+        def length(unit: ActionUnit) -> int:
+            return max(len(m.prompt_ids) + len(m.response_ids) for m in unit.members)
+
         groups, current, rows = [], [], 0
-        for unit in batch:
+        for unit in sorted(batch, key=length):
             if current and rows + unit.size > self.config.microbatch_rows:
                 groups.append(current)
                 current, rows = [], 0

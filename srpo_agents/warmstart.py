@@ -38,7 +38,7 @@ def reference_examples(make_env: Callable[[int], Any], episodes: int,
     from srpo_envs.scripted import OracleSearchTeam, ScriptedMathTeam
 
     env = make_env(seed)
-    is_math = hasattr(env, "current_task") and hasattr(env.task(0), "solution")
+    is_math = env.metadata.get("name") == "srpo_math_v0"
     team = ScriptedMathTeam(skill=0.75, seed=seed) if is_math else OracleSearchTeam()
     examples = []
     for _ in range(episodes):
@@ -78,10 +78,12 @@ def sft_loss(policy: Policy, batch: list[tuple[list[int], int]]) -> torch.Tensor
 
 def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                make_eval_env: Callable[[int], Any], *, minutes: float, target: float,
-               seed: int, max_new_tokens: int, log=print) -> tuple[Policy, dict]:
+               seed: int, max_new_tokens: int, episodes: int = 20000, check_every: int = 50,
+               eval_tasks: int = 64, log=print) -> tuple[Policy, dict]:
     """Build (or load from ``run_dir/warmstart``) the warm-started tiny policy."""
     out = Path(run_dir) / "warmstart"
-    settings = {"minutes": minutes, "target": target, "seed": seed, "version": 1}
+    settings = {"minutes": minutes, "target": target, "seed": seed, "episodes": episodes,
+                "check_every": check_every, "eval_tasks": eval_tasks, "version": 1}
     meta_path = out / META
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
@@ -89,28 +91,32 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
             log(f"warm start: cached in {out} (accuracy {meta['accuracy']:.3f})")
             return load_policy(str(out)), meta
     torch.manual_seed(seed)
-    examples = reference_examples(make_train_env, episodes=3000, seed=seed)
+    examples = reference_examples(make_train_env, episodes=episodes, seed=seed)
     texts = [p for _, p, _ in examples] + [t for _, _, t in examples]
     policy = build_tiny_policy(texts, Path(run_dir) / "tiny-init", seed=seed)
     encoded = [_encode(policy, *e) for e in examples]
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=2e-3, weight_decay=0.01)
     engine = RolloutEngine(policy, max_new_tokens=max_new_tokens, seed=seed)
-    eval_envs = [make_eval_env(10_000 + i) for i in range(64)]
+    eval_envs = [make_eval_env(10_000 + i) for i in range(eval_tasks * 2)]
     rng = random.Random(seed)
     start, steps, accuracy = time.monotonic(), 0, 0.0
-    check_every = 50
     while time.monotonic() - start < minutes * 60:
         policy.model.train()
-        batch = rng.sample(encoded, min(64, len(encoded)))
-        loss = sft_loss(policy, batch)
+        # sorted by length so each micro-batch pads little
+        batch = sorted(rng.sample(encoded, min(64, len(encoded))), key=lambda e: len(e[0]))
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        # Micro-batches of 16 rows: large activation tensors cost more in fresh memory
+        # pages than in arithmetic on a small CPU model (see srpo_agents.learner).
+        for start_row in range(0, len(batch), 16):
+            micro = batch[start_row:start_row + 16]
+            loss = sft_loss(policy, micro)
+            (loss * len(micro) / len(batch)).backward()
         torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0)
         optimizer.step()
         steps += 1
         if steps % check_every == 0:
             policy.model.eval()
-            result = evaluate(engine, eval_envs, list(range(64)), k=2, tag="warm")
+            result = evaluate(engine, eval_envs, list(range(eval_tasks)), k=2, tag="warm")
             accuracy = result["avg_at_k"]
             log(f"warm start: step {steps} loss {loss.item():.3f} held-out avg@2 "
                 f"{accuracy:.3f} ({time.monotonic() - start:.0f}s)")

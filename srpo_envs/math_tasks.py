@@ -8,7 +8,9 @@ streams are drawn from differently seeded generators. With small numbers the pro
 space is finite, so the same problem text can occur in both streams; a learner that
 needs a strictly disjoint held-out set should filter on ``question``.
 
-Difficulty levels (answers are exact; levels 1-4 integers, level 5 fractions):
+Difficulty levels (answers are exact; levels 0-4 integers, level 5 fractions):
+  0. one addition or subtraction with numbers 1-9 (a warm-up level that a 1M-parameter
+     CPU policy can learn in minutes);
   1. one addition or subtraction with numbers 1-20;
   2. two additions/subtractions with numbers 1-50;
   3. a multiplication or exact division, then an addition or subtraction;
@@ -21,7 +23,6 @@ trajectory a warm start can imitate.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-LEVELS = (1, 2, 3, 4, 5)
+from srpo_envs.jsonl import read_jsonl
+
+LEVELS = (0, 1, 2, 3, 4, 5)
 SPLITS = ("train", "test")
 
 
@@ -136,7 +139,9 @@ def generate_task(index: int, levels: Sequence[int] = (1,), task_seed: int = 0,
     """Task ``index`` of the (``task_seed``, ``split``) stream; a pure function of its args."""
     rng = random.Random(f"srpo-math:{task_seed}:{split}:{index}")
     level = rng.choice(tuple(levels))
-    if level == 1:
+    if level == 0:
+        question, lines, value = _level_add(rng, 1, 9)
+    elif level == 1:
         question, lines, value = _level_add(rng, 1, 20)
     elif level == 2:
         question, lines, value = _level_add(rng, 2, 50)
@@ -147,7 +152,7 @@ def generate_task(index: int, levels: Sequence[int] = (1,), task_seed: int = 0,
     else:
         question, lines, value = _level_fraction(rng)
     answer = _fmt(value)
-    solution = " ".join(lines) + f" The answer is \\boxed{{{answer}}}."
+    solution = " ".join(lines) + f" \\boxed{{{answer}}}"
     return MathTask(task_id=f"gen-{split}-{task_seed}-{index}", question=question,
                     answer=answer, solution=solution, meta={"level": level})
 
@@ -191,20 +196,8 @@ def _task_from_record(record: Any, where: str, fallback_id: str) -> MathTask:
 
 def load_jsonl_tasks(path: str | Path) -> list[MathTask]:
     """Read ``question``/``answer`` rows (``problem`` is accepted for ``question``)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"dataset={str(path)!r}: no such JSONL file")
-    tasks: list[MathTask] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
-            tasks.append(_task_from_record(record, where, f"{path.stem}-{number - 1}"))
+    tasks = [_task_from_record(record, where, f"{Path(path).stem}-{row}")
+             for record, where, row in read_jsonl(path)]
     if not tasks:
         raise ValueError(f"dataset={str(path)!r}: the file holds no tasks")
     ids = [t.task_id for t in tasks]

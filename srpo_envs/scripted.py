@@ -62,7 +62,7 @@ class ScriptedMathTeam:
                 answers = [extract_answer(part) for part in body.split("\nSolution ")]
                 votes = Counter(a for a in answers if a)
                 best = votes.most_common(1)[0][0] if votes else gold
-                actions[agent] = f"The solvers mostly agree. \\boxed{{{best}}}"
+                actions[agent] = f"\\boxed{{{best}}}"
         return actions
 
 

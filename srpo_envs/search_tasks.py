@@ -9,10 +9,10 @@ retrieval-recall metrics find the gold paragraphs.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from srpo_envs.jsonl import read_jsonl
 from srpo_envs.search_world import SearchTask
 
 
@@ -51,20 +51,8 @@ def task_from_record(record: Any, where: str, fallback_id: str) -> SearchTask:
 
 
 def load_jsonl_search_tasks(path: str | Path) -> list[SearchTask]:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"dataset={str(path)!r}: no such JSONL file")
-    tasks = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
-            tasks.append(task_from_record(record, where, f"{path.stem}-{number - 1}"))
+    tasks = [task_from_record(record, where, f"{Path(path).stem}-{row}")
+             for record, where, row in read_jsonl(path)]
     if not tasks:
         raise ValueError(f"dataset={str(path)!r}: the file holds no tasks")
     return tasks

@@ -100,3 +100,17 @@ def render(template: str, values: Mapping[str, str]) -> str:
 
 def placeholders(template: str) -> set[str]:
     return set(_PLACEHOLDER.findall(template))
+
+
+def check_prompt_overrides(prompts: Mapping[str, str], defaults: Mapping[str, str],
+                           required: Mapping[str, set[str]]) -> None:
+    """Fail clearly on an unknown role or a template missing a required placeholder."""
+    unknown = set(prompts) - set(defaults)
+    if unknown:
+        raise ValueError(f"prompts has unknown roles {sorted(unknown)}; expected any of "
+                         f"{sorted(defaults)}")
+    for role, template in prompts.items():
+        lacking = required[role] - placeholders(str(template))
+        if not isinstance(template, str) or lacking:
+            raise ValueError(f"prompts[{role!r}] must be a string containing the "
+                             f"placeholders {sorted(required[role])}; missing {sorted(lacking)}")

@@ -195,3 +195,29 @@ def test_bad_config_names_the_field():
     with pytest.raises(ValueError, match="group_size=1"):
         TrainConfig(group_size=1)
     assert ADVANTAGE_ESTIMATORS["task"]
+
+
+@pytest.mark.parametrize("env_id", ["SRPO-Math-v0", "SRPO-Search-v0"])
+def test_warm_start_imitates_reference_trajectories_and_caches(tmp_path, env_id, monkeypatch):
+    from srpo_agents.warmstart import reference_examples, warm_start
+
+    monkeypatch.setenv("SRPO_CACHE_DIR", str(tmp_path / "cache"))
+    config = TrainConfig(env=env_id, workflow="parallel", n_agents=2, model="tiny")
+    make_train, make_test = env_factory(config, "train"), env_factory(config, "test")
+    examples = reference_examples(make_train, episodes=20, seed=0)
+    roles = {role for role, _, _ in examples}
+    assert roles == ({"solver", "aggregator"} if env_id == "SRPO-Math-v0"
+                     else {"searcher", "aggregator"})
+    if env_id == "SRPO-Math-v0":  # solvers imitate only reference solutions
+        assert all("\\boxed{" in text for role, _, text in examples if role == "solver")
+    logs = []
+    policy, meta = warm_start(tmp_path, make_train, make_test, minutes=0.02, target=1.1,
+                              seed=0, max_new_tokens=8, episodes=20, check_every=2,
+                              eval_tasks=4, log=logs.append)
+    assert meta["steps"] >= 1 and 0.0 <= meta["accuracy"] <= 1.0
+    again, meta_again = warm_start(tmp_path, make_train, make_test, minutes=0.02, target=1.1,
+                                   seed=0, max_new_tokens=8, episodes=20, check_every=2,
+                                   eval_tasks=4, log=logs.append)
+    assert meta_again == meta and "cached" in logs[-1]
+    for a, b in zip(policy.model.parameters(), again.model.parameters(), strict=True):
+        assert torch.equal(a, b)

@@ -218,7 +218,7 @@ def test_task_index_selects_a_fixed_task_and_splits_differ():
     assert test_env.current_task.question != env.current_task.question
 
 
-@pytest.mark.parametrize("level", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("level", [0, 1, 2, 3, 4, 5])
 def test_generator_solutions_grade_as_correct(level):
     from srpo_envs.grading import grade
 

@@ -66,7 +66,7 @@ from typing import Any
 from srpo_envs.event_env import EventEnv, EventOutcome
 from srpo_envs.grading import answers_match, extract_answer
 from srpo_envs.math_tasks import MathTask, check_levels, generate_task, load_tasks
-from srpo_envs.text import as_data, placeholders, render
+from srpo_envs.text import as_data, check_prompt_overrides, render
 
 WORKFLOWS = ("single", "solve_verify", "parallel")
 
@@ -120,7 +120,7 @@ class MathEnvConfig:
     dataset_split: str = "test"
     """Split of a ``datasets`` dataset."""
     difficulty: int | tuple[int, ...] = 1
-    """Generator level(s) 1-5, see ``srpo_envs.math_tasks``; a tuple mixes levels."""
+    """Generator level(s) 0-5, see ``srpo_envs.math_tasks``; a tuple mixes levels."""
     split: str = "train"
     """Generator stream: "train" or "test" (held-out)."""
     task_seed: int = 0
@@ -150,16 +150,7 @@ class MathEnvConfig:
         if self.split not in ("train", "test"):
             raise ValueError(f"split={self.split!r}: expected 'train' or 'test'")
         self.difficulty = check_levels(self.difficulty)
-        unknown = set(self.prompts) - set(DEFAULT_PROMPTS)
-        if unknown:
-            raise ValueError(f"prompts has unknown roles {sorted(unknown)}; expected any of "
-                             f"{sorted(DEFAULT_PROMPTS)}")
-        for role, template in self.prompts.items():
-            lacking = REQUIRED_PLACEHOLDERS[role] - placeholders(template)
-            if not isinstance(template, str) or lacking:
-                raise ValueError(f"prompts[{role!r}] must be a string containing the "
-                                 f"placeholders {sorted(REQUIRED_PLACEHOLDERS[role])}; "
-                                 f"missing {sorted(lacking)}")
+        check_prompt_overrides(self.prompts, DEFAULT_PROMPTS, REQUIRED_PLACEHOLDERS)
 
 
 def parse_verdict(text: str, candidate: str | None) -> tuple[bool, str | None]:

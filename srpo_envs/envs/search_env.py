@@ -77,7 +77,13 @@ from srpo_envs.retrieval import (
 )
 from srpo_envs.search_tasks import load_search_tasks
 from srpo_envs.search_world import SearchTask, build_world
-from srpo_envs.text import as_data, neutralize_tags, placeholders, render, to_charset
+from srpo_envs.text import (
+    as_data,
+    check_prompt_overrides,
+    neutralize_tags,
+    render,
+    to_charset,
+)
 
 WORKFLOWS = ("single", "parallel", "search_answer_verify")
 TAGS = ("search", "answer", "information", "verdict")
@@ -167,16 +173,7 @@ class SearchEnvConfig:
             raise ValueError(f"dataset={str(self.dataset)!r} needs corpus= (a JSONL of "
                              f"id/title/text) or an http(s) retriever URL; got corpus=None "
                              f"and retriever={self.retriever!r}")
-        unknown = set(self.prompts) - set(DEFAULT_PROMPTS)
-        if unknown:
-            raise ValueError(f"prompts has unknown roles {sorted(unknown)}; expected any of "
-                             f"{sorted(DEFAULT_PROMPTS)}")
-        for role, template in self.prompts.items():
-            lacking = REQUIRED_PLACEHOLDERS[role] - placeholders(str(template))
-            if not isinstance(template, str) or lacking:
-                raise ValueError(f"prompts[{role!r}] must be a string containing the "
-                                 f"placeholders {sorted(REQUIRED_PLACEHOLDERS[role])}; "
-                                 f"missing {sorted(lacking)}")
+        check_prompt_overrides(self.prompts, DEFAULT_PROMPTS, REQUIRED_PLACEHOLDERS)
 
 
 def _is_url(value: Any) -> bool:
