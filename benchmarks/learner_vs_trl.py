@@ -91,12 +91,15 @@ def time_trl(policy, units, advantages, repeats: int, workdir: str) -> tuple[lis
     args = GRPOConfig(output_dir=workdir, per_device_train_batch_size=MICRO, num_generations=8,
                       max_completion_length=max(len(r.response_ids) for r in rows),
                       learning_rate=1e-6, use_cpu=True, report_to=[], beta=0.0,
-                      logging_steps=10**9, save_strategy="no", bf16=False, fp16=False)
+                      logging_steps=10**9, save_strategy="no", bf16=False, fp16=False,
+                      loss_type="grpo")
     trainer = GRPOTrainer(model=policy.model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
                           args=args, train_dataset=Dataset.from_list([{"prompt": "x"}] * 64),
                           processing_class=policy.tokenizer)
     model = trainer.model
     model.train()
+    # Set by TRL's training loop; we call compute_loss directly and accumulate ourselves.
+    trainer.current_gradient_accumulation_steps = 1
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
     # The same micro-batches of whole units as srpo's learner, sorted by length.
     order = sorted(range(len(rows)), key=lambda i: len(rows[i].prompt_ids) + len(rows[i].response_ids))
@@ -148,7 +151,7 @@ def main() -> None:
         f"of {MICRO} rows; one AdamW step.", "",
         "| learner | loss | seconds per update (median) | all runs | tokens/s |",
         "|---|---|---:|---|---:|",
-        f"| TRL GRPOTrainer.compute_loss | GRPO token-level clip | {trl_s:.2f} | "
+        f"| TRL GRPOTrainer.compute_loss | GRPO (loss_type grpo), token-level clip | {trl_s:.2f} | "
         f"{', '.join(f'{t:.2f}' for t in trl_times)} | {tokens / trl_s:,.0f} |",
         f"| srpo Learner.update | SRPO set clip | {srpo_s:.2f} | "
         f"{', '.join(f'{t:.2f}' for t in srpo_times)} | {tokens / srpo_s:,.0f} |", "",
