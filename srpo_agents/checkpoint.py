@@ -3,7 +3,7 @@ atomically (temporary file in the same folder, fsync, ``os.replace``) so a crash
 mid-write leaves the previous checkpoint intact and ``--resume`` continues exactly.
 
 The policy's weights and tokenizer are also saved with ``save_pretrained`` under
-``policy/`` so that ``srpo eval --checkpoint`` and any Hugging Face tool can load them.
+``policy/`` (``policy-<role>/`` for per-role policies) so that ``srpo eval --checkpoint`` and any Hugging Face tool can load them.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 CHECKPOINT_NAME = "checkpoint.pt"
+SHARED = "shared"
 
 
 def _atomic_torch_save(obj: Any, path: Path) -> None:
@@ -73,24 +74,38 @@ def set_rng_state(state: dict[str, Any], generators: dict[str, Any]) -> None:
             gen.setstate(state[name])
 
 
-def save_checkpoint(run_dir: Path, *, policy, optimizer, step: int, config: dict,
-                    generators: dict[str, Any], extra: dict | None = None) -> Path:
+def policy_dir(run_dir: Path, name: str) -> Path:
+    """Where a run's policy is saved: ``policy/`` when shared, ``policy-<role>/`` per role."""
+    return Path(run_dir) / ("policy" if name == SHARED else f"policy-{name}")
+
+
+def save_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict[str, Any],
+                    step: int, config: dict, generators: dict[str, Any],
+                    extra: dict | None = None) -> Path:
+    """``policies``/``optimizers`` are keyed by ``SHARED`` or by role."""
     path = Path(run_dir) / CHECKPOINT_NAME
-    payload = {"step": step, "config": config, "model": policy.model.state_dict(),
-               "optimizer": optimizer.state_dict(), "rng": rng_state(generators),
-               "extra": extra or {}}
+    payload = {"step": step, "config": config,
+               "models": {name: p.model.state_dict() for name, p in policies.items()},
+               "optimizers": {name: o.state_dict() for name, o in optimizers.items()},
+               "rng": rng_state(generators), "extra": extra or {}}
     _atomic_torch_save(payload, path)
-    save_pretrained_atomic(policy.model, policy.tokenizer, Path(run_dir) / "policy")
+    for name, policy in policies.items():
+        save_pretrained_atomic(policy.model, policy.tokenizer, policy_dir(run_dir, name))
     return path
 
 
-def load_checkpoint(run_dir: Path, *, policy, optimizer, generators: dict[str, Any]) -> dict:
-    """Restore model, optimizer and RNGs in place; return the payload (step, extra...)."""
+def load_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict[str, Any],
+                    generators: dict[str, Any]) -> dict:
+    """Restore models, optimizers and RNGs in place; return the payload (step, extra...)."""
     path = Path(run_dir) / CHECKPOINT_NAME
     if not path.is_file():
         raise FileNotFoundError(f"--resume: no checkpoint at {path}")
     payload = torch.load(path, map_location="cpu", weights_only=False)
-    policy.model.load_state_dict(payload["model"])
-    optimizer.load_state_dict(payload["optimizer"])
+    if set(payload["models"]) != set(policies):
+        raise ValueError(f"--resume: the checkpoint holds policies {sorted(payload['models'])}"
+                         f" but this run has {sorted(policies)} (per_role_policies differs?)")
+    for name, policy in policies.items():
+        policy.model.load_state_dict(payload["models"][name])
+        optimizers[name].load_state_dict(payload["optimizers"][name])
     set_rng_state(payload["rng"], generators)
     return payload

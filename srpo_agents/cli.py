@@ -5,7 +5,8 @@
     srpo eval --checkpoint runs/demo --env SRPO-Math-v0 --workflow parallel --k 16
 
 Every ``TrainConfig`` field is a ``train`` flag. ``eval`` takes a run directory (its
-``policy/``), a saved model folder or a Hugging Face model name.
+``policy/``, or its ``policy-<role>/`` folders after ``--per-role-policies``), a saved
+model folder or a Hugging Face model name.
 """
 
 from __future__ import annotations
@@ -86,15 +87,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from srpo_agents.rollout import RolloutEngine
 
     source = Path(args.checkpoint)
-    model_path = source / "policy" if (source / "policy").is_dir() else source
+    role_dirs = sorted(source.glob("policy-*")) if source.is_dir() else []
+    if (source / "policy").is_dir():
+        model_path = source / "policy"
+    elif role_dirs:  # a run with per-role policies
+        model_path = role_dirs[0]
+    else:
+        model_path = source
     location = str(model_path) if model_path.exists() else args.checkpoint
     tiny = (model_path / "tokenizer.json").is_file() and _is_tiny(model_path)
     config = config_from_args(args, model="tiny" if tiny else location,
                               eval_tasks=args.tasks, eval_k=args.k)
     policy = load_policy(location, device=config.device)
+    role_policies = {d.name.removeprefix("policy-"): load_policy(str(d), device=config.device)
+                     for d in role_dirs if not (source / "policy").is_dir()}
     engine = RolloutEngine(policy, max_new_tokens=config.max_new_tokens,
                            temperature=config.temperature, backend=config.backend,
-                           seed=config.seed)
+                           seed=config.seed, role_policies=role_policies)
     envs = eval_pool(env_factory(config, "test"), 256, config.seed + 1)
     total = getattr(envs[0], "num_tasks", None)
     indices = list(range(args.tasks if total is None else min(args.tasks, total)))
@@ -128,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "lr", "epochs", "minibatch_units", "eps_low", "eps_high",
                                "beta", "max_grad_norm", "save_every", "eval_every",
                                "warmstart_minutes", "warmstart_target", "group_size",
-                               "tasks_per_step", "algo", "microbatch_rows"})
+                               "tasks_per_step", "algo", "microbatch_rows", "advantage",
+                               "per_role_policies"})
     ev.set_defaults(run=cmd_eval)
     return parser
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from srpo_agents.objective import ALGORITHMS
+from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 
 ENV_IDS = ("SRPO-Math-v0", "SRPO-Search-v0")
 
@@ -23,6 +23,12 @@ class TrainConfig:
     """K of the parallel workflow (solvers or searchers)."""
     algo: str = "srpo"
     """A name in srpo_agents.objective.ALGORITHMS."""
+    advantage: str = ""
+    """Advantage grouping: a name in ADVANTAGE_ESTIMATORS ("task", "task_event_type",
+    "task_step"); empty for the algorithm's own."""
+    per_role_policies: bool = False
+    """One policy per role (each a copy of the initial model, updated on its role's
+    events only) instead of one shared policy."""
     model: str = "tiny"
     """"tiny" (built and warm-started locally), a Hugging Face model name or a local path."""
     steps: int = 20
@@ -77,6 +83,9 @@ class TrainConfig:
             raise ValueError(f"env={self.env!r}: expected one of {ENV_IDS}")
         if self.algo not in ALGORITHMS:
             raise ValueError(f"algo={self.algo!r}: expected one of {sorted(ALGORITHMS)}")
+        if self.advantage and self.advantage not in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage={self.advantage!r}: expected one of "
+                             f"{sorted(ADVANTAGE_ESTIMATORS)}")
         if self.backend not in ("hf", "vllm"):
             raise ValueError(f"backend={self.backend!r}: expected 'hf' or 'vllm'")
         for name in ("n_agents", "group_size", "tasks_per_step", "eval_tasks", "eval_k",

@@ -27,7 +27,7 @@ Deliberate choices:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -103,11 +103,15 @@ class RolloutEngine:
         drop_unfinished: send ``None`` for responses that hit ``max_new_tokens``.
         backend: "hf" (built-in loop) or "vllm" (optional extra).
         seed: seeds the sampler, so a run is reproducible.
+        role_policies: optional per-role policies; a role listed here is played by its
+            own policy (own generator, own weights), every other role by ``policy``.
+            Each policy's agents are still batched across all episodes.
     """
 
     def __init__(self, policy: Policy, *, max_new_tokens: int = 64, temperature: float = 1.0,
                  top_p: float = 1.0, max_batch: int = 256, drop_unfinished: bool = False,
-                 backend: str = "hf", seed: int = 0):
+                 backend: str = "hf", seed: int = 0,
+                 role_policies: Mapping[str, Policy] | None = None):
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens!r}: expected >= 1")
         if temperature < 0:
@@ -121,23 +125,53 @@ class RolloutEngine:
         self.policy = policy
         self.drop_unfinished = drop_unfinished
         self.policy_version = 0
-        self._generator = BACKENDS[backend](
-            policy, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-            max_batch=max_batch, seed=seed)
+        self.role_policies = dict(role_policies or {})
+
+        def backend_for(p: Policy, offset: int):
+            return BACKENDS[backend](p, max_new_tokens=max_new_tokens, temperature=temperature,
+                                     top_p=top_p, max_batch=max_batch, seed=seed + offset)
+
+        self._generator = backend_for(policy, 0)
+        self._role_generators = {role: backend_for(p, i + 1) for i, (role, p)
+                                 in enumerate(sorted(self.role_policies.items()))}
         self._synced_version = 0
+
+    def policy_for(self, role: str) -> Policy:
+        return self.role_policies.get(role, self.policy)
 
     def sampler_generators(self) -> dict[str, torch.Generator]:
         """The random generators behind sampling, by name, for checkpoints: restoring
         their states makes a resumed run draw the samples an uninterrupted one would."""
-        generator = getattr(self._generator, "generator", None)
-        return {"sampler": generator} if generator is not None else {}
+        named = {"sampler": self._generator}
+        named.update({f"sampler:{r}": g for r, g in self._role_generators.items()})
+        return {name: g.generator for name, g in named.items()
+                if getattr(g, "generator", None) is not None}
 
-    def generate(self, prompts: list[list[int]]) -> list[GenerationOutput]:
-        """Sample one response per prompt: ``(response_ids, logprobs, finished)`` each."""
+    def _sync(self) -> None:
         if self._synced_version != self.policy_version:
             self._generator.sync_weights(self.policy.model)
+            for role, generator in self._role_generators.items():
+                generator.sync_weights(self.role_policies[role].model)
             self._synced_version = self.policy_version
+
+    def generate(self, prompts: list[list[int]]) -> list[GenerationOutput]:
+        """Sample one response per prompt from the shared policy:
+        ``(response_ids, logprobs, finished)`` each."""
+        self._sync()
         return self._generator.generate(prompts)
+
+    def _generate_by_role(self, roles: list[str], prompts: list[list[int]]) -> list[GenerationOutput]:
+        """One batched call per policy; results in the callers' order."""
+        self._sync()
+        groups: dict[str | None, list[int]] = {}
+        for i, role in enumerate(roles):
+            groups.setdefault(role if role in self._role_generators else None, []).append(i)
+        outputs: list[GenerationOutput | None] = [None] * len(prompts)
+        for key, indices in groups.items():
+            generate = self.generate if key is None else self._role_generators[key].generate
+            for i, out in zip(indices, generate([prompts[i] for i in indices]), strict=True):
+                outputs[i] = out
+        return outputs  # type: ignore[return-value]
 
     def run(self, envs: Sequence, options: Sequence[dict]) -> list[Rollout]:
         """Reset ``envs[i]`` with ``options[i]`` and play every episode to its end.
@@ -151,11 +185,13 @@ class RolloutEngine:
         samples: list[dict[tuple[int, str], Sample]] = [{} for _ in envs]
         while live := [i for i, env in enumerate(envs) if env.agents]:
             due = [(i, agent) for i in live for agent in envs[i].due_agents]
-            prompts = [self.policy.prompt_ids(envs[i].roles[agent], observations[i][agent])
-                       for i, agent in due]
-            outputs = self.generate(prompts)
+            roles = [envs[i].roles[agent] for i, agent in due]
+            prompts = [self.policy_for(role).prompt_ids(role, observations[i][agent])
+                       for role, (i, agent) in zip(roles, due, strict=True)]
+            outputs = self._generate_by_role(roles, prompts)
             version = self.policy_version
-            texts = [self.policy.decode(ids) for ids, _, _ in outputs]
+            texts = [self.policy_for(role).decode(ids)
+                     for role, (ids, _, _) in zip(roles, outputs, strict=True)]
             actions: dict[int, dict[str, str | None]] = {i: {} for i in live}
             for (i, agent), (_, _, finished), text in zip(due, outputs, texts, strict=True):
                 send = finished or not self.drop_unfinished

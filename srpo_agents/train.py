@@ -9,6 +9,7 @@ algorithm's rule, computes group-relative advantages and updates the shared poli
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import time
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from srpo_agents.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from srpo_agents.checkpoint import CHECKPOINT_NAME, SHARED, load_checkpoint, save_checkpoint
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
 from srpo_agents.evaluate import eval_pool, evaluate
@@ -90,6 +91,23 @@ def plot_curve(metrics_path: Path, png: Path, title: str, before: dict, after: d
     plt.close(fig)
 
 
+def update_policies(learners: dict[str, Learner], units, advantages: np.ndarray) -> dict:
+    """One update of the shared policy, or of each role's policy on its role's events
+    (advantages are computed over all events first, so the groups are the same)."""
+    if SHARED in learners:
+        return learners[SHARED].update(units, advantages)
+    per_role = {}
+    for role, learner in learners.items():
+        index = [i for i, u in enumerate(units) if u.members[0].role == role]
+        result = learner.update([units[i] for i in index], advantages[index])
+        if result.get("updates"):
+            per_role[role] = result
+    merged = {key: float(np.mean([r[key] for r in per_role.values() if key in r]))
+              for key in {k for r in per_role.values() for k in r}}
+    merged.update({f"{role}/grad_norm": r["grad_norm"] for role, r in per_role.items()})
+    return merged
+
+
 def train(config: TrainConfig, log=print) -> dict[str, Any]:
     run_dir = Path(config.out)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -99,24 +117,35 @@ def train(config: TrainConfig, log=print) -> dict[str, Any]:
     torch.manual_seed(config.seed)
     policy, warm = prepare_policy(config, run_dir, log)
     algorithm = ALGORITHMS[config.algo]
-    engine = RolloutEngine(policy, max_new_tokens=config.max_new_tokens,
-                           temperature=config.temperature, backend=config.backend,
-                           seed=config.seed)
-    learner = Learner(policy, algorithm, LearnerConfig(
-        lr=config.lr, epochs=config.epochs, minibatch_units=config.minibatch_units,
-        microbatch_rows=config.microbatch_rows, eps_low=config.eps_low,
-        eps_high=config.eps_high, beta=config.beta, max_grad_norm=config.max_grad_norm,
-        temperature=config.temperature), seed=config.seed)
+    estimator = ADVANTAGE_ESTIMATORS[config.advantage or algorithm.advantage]
     train_envs = eval_pool(env_factory(config, "train"),
                            config.tasks_per_step * config.group_size, config.seed)
     test_envs = eval_pool(env_factory(config, "test"), 256, config.seed + 1)
     eval_indices = _eval_indices(config, test_envs)
+    role_policies = {}
+    if config.per_role_policies:
+        role_policies = {role: Policy(copy.deepcopy(policy.model), policy.tokenizer,
+                                      f"{policy.name}#{role}")
+                         for role in sorted(set(train_envs[0].roles.values()))}
+    engine = RolloutEngine(policy, max_new_tokens=config.max_new_tokens,
+                           temperature=config.temperature, backend=config.backend,
+                           seed=config.seed, role_policies=role_policies)
+    learner_config = LearnerConfig(
+        lr=config.lr, epochs=config.epochs, minibatch_units=config.minibatch_units,
+        microbatch_rows=config.microbatch_rows, eps_low=config.eps_low,
+        eps_high=config.eps_high, beta=config.beta, max_grad_norm=config.max_grad_norm,
+        temperature=config.temperature)
+    policies = role_policies or {SHARED: policy}
+    learners = {name: Learner(p, algorithm, learner_config, seed=config.seed)
+                for name, p in policies.items()}
+    optimizers = {name: learner.optimizer for name, learner in learners.items()}
     task_rng = random.Random(config.seed)
-    generators = {"task_rng": task_rng, "learner_rng": learner.rng, **engine.sampler_generators()}
+    generators = {"task_rng": task_rng, **engine.sampler_generators(),
+                  **{f"learner_rng:{name}": learner.rng for name, learner in learners.items()}}
     metrics_path, summary_path = run_dir / "metrics.jsonl", run_dir / "summary.json"
     start_step, before = 0, None
     if config.resume and (run_dir / CHECKPOINT_NAME).is_file():
-        payload = load_checkpoint(run_dir, policy=policy, optimizer=learner.optimizer,
+        payload = load_checkpoint(run_dir, policies=policies, optimizers=optimizers,
                                   generators=generators)
         start_step, before = payload["step"], payload["extra"].get("before")
         engine.policy_version = start_step
@@ -140,8 +169,8 @@ def train(config: TrainConfig, log=print) -> dict[str, Any]:
                    for i, t in enumerate(tasks) for g in range(config.group_size)]
         rollouts = engine.run(train_envs, options)
         units, stats = build_units(rollouts, algorithm.unit)
-        advantages = ADVANTAGE_ESTIMATORS[algorithm.advantage]([u.info for u in units])
-        update = learner.update(units, advantages)
+        advantages = estimator([u.info for u in units])
+        update = update_policies(learners, units, advantages)
         engine.policy_version += 1
         row = _step_metrics(rollouts, stats, update, step, time.monotonic() - tick)
         if config.eval_every and (step + 1) % config.eval_every == 0 and step + 1 < config.steps:
@@ -154,7 +183,7 @@ def train(config: TrainConfig, log=print) -> dict[str, Any]:
         # The last step is saved before the final evaluation, so a longer run resumed from
         # it draws exactly the random numbers an uninterrupted run would.
         if (config.save_every and (step + 1) % config.save_every == 0) or step + 1 == config.steps:
-            save_checkpoint(run_dir, policy=policy, optimizer=learner.optimizer, step=step + 1,
+            save_checkpoint(run_dir, policies=policies, optimizers=optimizers, step=step + 1,
                             config=config.to_dict(), generators=generators,
                             extra={"before": before})
     after = evaluate(engine, test_envs, eval_indices, config.eval_k, tag="after")
