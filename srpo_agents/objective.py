@@ -164,6 +164,37 @@ def token_clip_loss(inputs: LossInputs, cfg: LossConfig) -> tuple[torch.Tensor, 
                                                            inputs.mask > 0].mean())}
 
 
+@register_adv_est("task_agent")
+def task_agent_advantage(units: Sequence[UnitInfo], eps: float = 1e-6) -> np.ndarray:
+    """Dr. MAS (agent-wise GRPO): each agent's outputs are normalized within their own
+    (task, agent) group, so one agent's reward scale cannot swamp another's."""
+    return group_relative(units, lambda u: (u.task_id, u.agent_id), eps)
+
+
+@register_adv_est("task_turn_agent")
+def task_turn_agent_advantage(units: Sequence[UnitInfo], eps: float = 1e-6) -> np.ndarray:
+    """AT-GRPO (PettingLLMs): groups of (task, turn, agent); the turn is the event index."""
+    return group_relative(units, lambda u: (u.task_id, u.step_index, u.agent_id), eps)
+
+
+@register_adv_est("node_mean")
+def node_mean_advantage(units: Sequence[UnitInfo], eps: float = 1e-6) -> np.ndarray:
+    """MAGRPO (CoMLRL): R minus the mean return of the siblings sampled at the same node
+    (same pre-state), without dividing by the standard deviation."""
+    return group_relative(units, lambda u: (u.pre_state_id, u.agent_id), eps, scale=False)
+
+
+@register_policy_loss("reinforce")
+def reinforce_loss(inputs: LossInputs, cfg: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """MAGRPO's REINFORCE: no ratio and no clip; loss = -(1/U) sum_u A_u sum_{rows of u}
+    sum_t m logp (seq-mean-token-sum: token sums per sequence, mean over units)."""
+    row_logp = (inputs.logp * inputs.mask).sum(dim=1)                               # [R]
+    unit_logp = torch.zeros(inputs.unit_size.shape[0], dtype=row_logp.dtype,
+                            device=row_logp.device).index_add(0, inputs.unit_index, row_logp)
+    loss = -(inputs.advantages.to(unit_logp.dtype) * unit_logp).mean()
+    return loss, {"clip_fraction": 0.0, "ratio_mean": 1.0}
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """One row of SRPO.md section 3: how units are formed and which functions apply."""
@@ -179,6 +210,11 @@ ALGORITHMS: dict[str, Algorithm] = {
     "srpo_sum": Algorithm("set", "task", "set_clip", "one"),
     "srpo_mean": Algorithm("set", "task", "set_clip", "inv"),
     "srpo_singleton": Algorithm("output", "task", "set_clip", "inv_sqrt"),
+    # The per-output baselines of SRPO.md section 3: each output is its own action.
+    "grpo": Algorithm("output", "task", "token_clip"),
+    "dr_mas": Algorithm("output", "task_agent", "token_clip"),
+    "at_grpo": Algorithm("output", "task_turn_agent", "token_clip"),
+    "magrpo": Algorithm("output", "node_mean", "reinforce"),
 }
 
 

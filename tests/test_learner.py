@@ -108,7 +108,7 @@ def test_member_rows_never_split_across_minibatches(tiny_dir):
     assert all(sum(u.size for u in m) <= 4 or len(m) == 1 for m in micro)
 
 
-@pytest.mark.parametrize("algo", ["srpo", "srpo_sum", "srpo_mean", "srpo_singleton"])
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_trainable_parameter_changes_after_one_update(tiny_dir, algo):
     policy = fresh_policy(tiny_dir)
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}

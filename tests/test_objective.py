@@ -154,3 +154,42 @@ def test_algorithm_table_names_registered_functions():
         assert algo.advantage in ADVANTAGE_ESTIMATORS, name
         assert algo.loss in POLICY_LOSSES, name
         assert algo.unit in ("set", "output"), name
+
+
+def test_baseline_groupings_by_hand():
+    # two tasks' outputs from two agents over two turns
+    u = [UnitInfo("a", "e1", "solve", 0, "solver_0", "s0", 1.0),
+         UnitInfo("a", "e2", "solve", 0, "solver_0", "s0", 0.0),
+         UnitInfo("a", "e1", "aggregate", 1, "aggregator_0", "s1", 1.0),
+         UnitInfo("a", "e2", "aggregate", 1, "aggregator_0", "s2", 1.0),
+         UnitInfo("a", "e3", "solve", 0, "solver_1", "s0", 0.0),
+         UnitInfo("a", "e3", "solve", 0, "solver_1", "s0", 3.0)]
+    # Dr. MAS: (task, agent) groups: solver_0 {1, 0} -> +-1; aggregator {1, 1} -> 0;
+    # solver_1 {0, 3} -> -+1
+    np.testing.assert_allclose(ADVANTAGE_ESTIMATORS["task_agent"](u, eps=0.0),
+                               [1, -1, 0, 0, -1, 1])
+    # AT-GRPO: (task, turn, agent): the same groups here, since each agent acts at one turn
+    np.testing.assert_allclose(ADVANTAGE_ESTIMATORS["task_turn_agent"](u, eps=0.0),
+                               [1, -1, 0, 0, -1, 1])
+    # MAGRPO: siblings at the same node (pre-state, agent), R - mean, no std:
+    # (s0, solver_0) {1, 0} -> +-0.5; s1 and s2 alone -> 0; (s0, solver_1) {0, 3} -> -+1.5
+    np.testing.assert_allclose(ADVANTAGE_ESTIMATORS["node_mean"](u, eps=0.0),
+                               [0.5, -0.5, 0, 0, -1.5, 1.5])
+    # GRPO: one task group over all six outputs: mean 1, population std 1
+    np.testing.assert_allclose(ADVANTAGE_ESTIMATORS["task"](u, eps=0.0),
+                               [0, -1, 0, 0, -1, 2])
+
+
+def test_reinforce_loss_by_hand():
+    logp = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, -0.5, -0.5]], dtype=torch.float64,
+                        requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]], dtype=torch.float64)
+    inputs = LossInputs(logp, torch.zeros_like(logp), mask, torch.tensor([0, 1]),
+                        torch.tensor([1.0, 1.0], dtype=torch.float64),
+                        torch.tensor([2.0, -1.0], dtype=torch.float64))
+    loss, _ = POLICY_LOSSES["reinforce"](inputs, LossConfig())
+    # token sums -3 and -1.5; -(2 * -3 + -1 * -1.5) / 2 = 2.25
+    assert loss.item() == pytest.approx(2.25)
+    loss.backward()
+    assert logp.grad[0].tolist() == pytest.approx([-1.0, -1.0, 0.0])   # -A/U on kept tokens
+    assert logp.grad[1].tolist() == pytest.approx([0.5, 0.5, 0.5])
