@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "beta", "max_grad_norm", "save_every", "eval_every",
                                "warmstart_minutes", "warmstart_target", "group_size",
                                "tasks_per_step", "algo", "microbatch_rows", "advantage",
-                               "per_role_policies"})
+                               "per_role_policies", "warmstart_dir"})
     ev.set_defaults(run=cmd_eval)
     return parser
 

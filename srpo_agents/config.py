@@ -63,6 +63,9 @@ class TrainConfig:
     """Also evaluate every N steps (0: only before and after)."""
     warmstart_minutes: float = 3.0
     """Tiny model only: time budget of the supervised warm start."""
+    warmstart_dir: str = ""
+    """Tiny model only: folder that caches the warm start (default: the run directory),
+    so that runs of several algorithms can share one."""
     warmstart_target: float = 0.2
     """Tiny model only: stop the warm start once held-out sampled accuracy reaches this."""
     compact_prompts: bool = False

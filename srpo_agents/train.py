@@ -36,7 +36,8 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
         return load_policy(config.model, device=config.device), {}
     from srpo_agents.warmstart import warm_start
 
-    return warm_start(run_dir, env_factory(config, "train"), env_factory(config, "test"),
+    return warm_start(Path(config.warmstart_dir or run_dir), env_factory(config, "train"),
+                      env_factory(config, "test"),
                       minutes=config.warmstart_minutes, target=config.warmstart_target,
                       seed=config.seed, max_new_tokens=config.max_new_tokens, log=log)
 
