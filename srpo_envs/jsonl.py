@@ -1,4 +1,5 @@
-"""Reading task files: JSON Lines with errors that name the file, the line and why."""
+"""Reading task sources: JSON Lines files (errors name the file, the line and why) and
+Hugging Face ``datasets`` names (for users who are online)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,14 @@ def read_jsonl(path: str | Path, field: str = "dataset") -> Iterator[tuple[Any, 
                 raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
             yield record, where, row
             row += 1
+
+
+def read_hf_dataset(name: str, config: str | None, split: str) -> Iterator[tuple[Any, str, str]]:
+    """Yield ``(record, where, fallback id)`` for each row of a ``datasets`` dataset."""
+    try:
+        import datasets
+    except ImportError as err:
+        raise ImportError(f"dataset={name!r} looks like a Hugging Face dataset name; loading "
+                          f"it needs `pip install datasets` (or pass a JSONL path)") from err
+    for i, row in enumerate(datasets.load_dataset(name, config, split=split)):
+        yield dict(row), f"{name}[{split}][{i}]", f"{name}-{split}-{i}"

@@ -30,7 +30,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from srpo_envs.jsonl import read_jsonl
+from srpo_envs.jsonl import read_hf_dataset, read_jsonl
 
 LEVELS = (0, 1, 2, 3, 4, 5)
 SPLITS = ("train", "test")
@@ -208,14 +208,8 @@ def load_jsonl_tasks(path: str | Path) -> list[MathTask]:
 
 def load_hf_tasks(name: str, config: str | None = None, split: str = "test") -> list[MathTask]:
     """Load a Hugging Face dataset by name (needs the ``datasets`` package and a network)."""
-    try:
-        import datasets
-    except ImportError as err:
-        raise ImportError(f"dataset={name!r} looks like a Hugging Face dataset name; "
-                          f"loading it needs `pip install datasets` (or pass a JSONL path)") from err
-    rows = datasets.load_dataset(name, config, split=split)
-    return [_task_from_record(dict(row), f"{name}[{split}][{i}]", f"{name}-{split}-{i}")
-            for i, row in enumerate(rows)]
+    return [_task_from_record(record, where, fallback)
+            for record, where, fallback in read_hf_dataset(name, config, split)]
 
 
 def load_tasks(dataset: str | Path, config: str | None = None, split: str = "test") -> list[MathTask]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from srpo_envs.jsonl import read_jsonl
+from srpo_envs.jsonl import read_hf_dataset, read_jsonl
 from srpo_envs.search_world import SearchTask
 
 
@@ -64,11 +64,5 @@ def load_search_tasks(dataset: str | Path, config: str | None = None,
     text = str(dataset)
     if text.endswith(".jsonl") or Path(text).is_file():
         return load_jsonl_search_tasks(text)
-    try:
-        import datasets
-    except ImportError as err:
-        raise ImportError(f"dataset={text!r} looks like a Hugging Face dataset name; loading "
-                          f"it needs `pip install datasets` (or pass a JSONL path)") from err
-    rows = datasets.load_dataset(text, config, split=split)
-    return [task_from_record(dict(row), f"{text}[{split}][{i}]", f"{text}-{split}-{i}")
-            for i, row in enumerate(rows)]
+    return [task_from_record(record, where, fallback)
+            for record, where, fallback in read_hf_dataset(text, config, split)]

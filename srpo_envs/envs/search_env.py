@@ -58,6 +58,7 @@ many envs can share one index.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -76,7 +77,7 @@ from srpo_envs.retrieval import (
     make_retriever,
 )
 from srpo_envs.search_tasks import load_search_tasks
-from srpo_envs.search_world import SearchTask, build_world
+from srpo_envs.search_world import SearchTask, World, build_world
 from srpo_envs.text import (
     as_data,
     check_prompt_overrides,
@@ -180,6 +181,14 @@ def _is_url(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(("http://", "https://"))
 
 
+@functools.lru_cache(maxsize=4)
+def generated_world(world_seed: int) -> tuple[World, Corpus]:
+    """The world of ``world_seed`` and its corpus, built once per process: a run creates
+    hundreds of envs over the same world (about 30 ms each to rebuild)."""
+    world = build_world(world_seed)
+    return world, corpus_from_records(world.documents)
+
+
 def parse_action(text: str | None) -> tuple[str, str] | None:
     """("search" | "answer", content) from the first complete tag, or None."""
     match = _ACTION.search(text or "")
@@ -213,9 +222,9 @@ class SearchEnv(EventEnv):
     def _load_source(self) -> tuple[list[SearchTask], Corpus | None]:
         config = self.config
         if config.dataset is None:
-            world = build_world(config.world_seed)
+            world, corpus = generated_world(config.world_seed)
             tasks = [t for t in world.tasks[config.split] if t.meta["hops"] in config.hops]
-            return tasks, corpus_from_records(world.documents)
+            return tasks, corpus
         tasks = load_search_tasks(config.dataset, config.dataset_config, config.dataset_split)
         return tasks, load_corpus(config.corpus) if config.corpus is not None else None
 
@@ -392,28 +401,29 @@ class SearchEnv(EventEnv):
         self._turn += 1
         return EventOutcome(event_type, info=info, next_prompts=self._prompts_for(due))
 
-    def _single_turn(self, text: str | None) -> EventOutcome:
-        action = parse_action(text)
-        if action and action[0] == "answer":
-            return self._final("answer", action[1], {"tool_calls": 0, "retrieved_chars": 0,
-                                                     "turn": self._turn})
-        queries, invalid = self._valid_queries({"agent_0": text})
-        results, info = self._run_queries(queries)
-        info.update(turn=self._turn, queries=dict(queries))
-        if invalid:
-            info["invalid_agents"] = invalid
-        self._record_search("", queries.get("agent_0"), results.get("agent_0"))
-        return self._next_turn("search", info, ["agent_0"])
-
-    def _parallel_search(self, texts: Mapping[str, str | None]) -> EventOutcome:
+    def _search(self, texts: Mapping[str, str | None], labelled: bool = False) -> dict[str, Any]:
+        """One search event: parse every text's query, retrieve them as one batch, and
+        append each query and its results to the history; returns the event's info."""
         queries, invalid = self._valid_queries(texts)
         results, info = self._run_queries(queries)
         info.update(turn=self._turn, queries=dict(queries))
         if invalid:
             info["invalid_agents"] = invalid
-        self._history.append(("prompt", f"\nRound {self._turn + 1}:"))
         for agent in texts:
-            self._record_search(f"{agent} ", queries.get(agent), results.get(agent))
+            self._record_search(f"{agent} " if labelled else "", queries.get(agent),
+                                results.get(agent))
+        return info
+
+    def _single_turn(self, text: str | None) -> EventOutcome:
+        action = parse_action(text)
+        if action and action[0] == "answer":
+            return self._final("answer", action[1], {"tool_calls": 0, "retrieved_chars": 0,
+                                                     "turn": self._turn})
+        return self._next_turn("search", self._search({"agent_0": text}), ["agent_0"])
+
+    def _parallel_search(self, texts: Mapping[str, str | None]) -> EventOutcome:
+        self._history.append(("prompt", f"\nRound {self._turn + 1}:"))
+        info = self._search(texts, labelled=True)
         return EventOutcome("search", info=info,
                             next_prompts=self._prompts_for(["aggregator_0"]))
 
@@ -429,13 +439,8 @@ class SearchEnv(EventEnv):
         return self._next_turn("aggregate", info, self._first_due())
 
     def _dol_search(self, text: str | None) -> EventOutcome:
-        queries, invalid = self._valid_queries({"searcher_0": text})
-        results, info = self._run_queries(queries)
-        info.update(turn=self._turn, queries=dict(queries))
-        if invalid:
-            info["invalid_agents"] = invalid
-        self._record_search("", queries.get("searcher_0"), results.get("searcher_0"))
-        return EventOutcome("search", info=info, next_prompts=self._prompts_for(["answerer_0"]))
+        return EventOutcome("search", info=self._search({"searcher_0": text}),
+                            next_prompts=self._prompts_for(["answerer_0"]))
 
     def _dol_answer(self, text: str | None) -> EventOutcome:
         action = parse_action(text)
