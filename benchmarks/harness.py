@@ -3,48 +3,69 @@ splits and an identical budget of generated samples (every run: the same steps x
 per step x group size, the same held-out tasks and k).
 
     python benchmarks/harness.py --preset smoke --out runs/harness-smoke
-    python benchmarks/harness.py --preset small --out runs/harness-small
+    python benchmarks/harness.py --preset small --out runs/harness-small --workers 2
+
+The runs of one env/workflow pair start from one policy (for the tiny model: one warm
+start per pair, built once), and the runs of one pair and seed share their "before"
+evaluation and their random numbers, so step 0 of every algorithm samples the very same
+rollouts: the algorithms differ only in what they do with them.
 
 Writes, under ``--out``:
 - ``results.jsonl``: one row per run and checkpoint ("before" = the shared starting
-  policy, "after" = the trained one) with avg@k, pass@k, tokens and tool calls per task,
-  token-normalized utility, gradient-norm CV, mean active-set size and events dropped;
-- ``table.md``: mean ± std over seeds per env/workflow and algorithm, and the macro
-  average over env/workflow pairs;
-- ``learning_curves.png`` (training accuracy per step, per algorithm) and
-  ``accuracy_vs_tokens.png`` (held-out avg@k against generated tokens spent).
+  policy, "after" = the trained one) with avg@k, pass@k, per-task accuracy, tokens and
+  tool calls per task, token-normalized utility, gradient-norm CV, mean active-set size
+  and events dropped;
+- ``table.md``: mean ± std over seeds per env/workflow and algorithm, the macro average
+  over pairs, SRPO against each baseline paired by seed and task, and the kappa ablation;
+- ``learning_curves.png`` (training accuracy per step, per algorithm, mean over seeds)
+  and ``accuracy_vs_tokens.png`` (held-out avg@k against generated tokens spent).
 
 Presets: ``smoke`` (a fresh untrained tiny policy, 2 algorithms, 2 steps; a test runs it),
 ``small`` (the warm-started tiny policy, both envs, parallel and division-of-labor
 workflows, every algorithm, 3 seeds) and ``paper`` (a Qwen-class model with the vLLM
-backend on a GPU).
+backend on a GPU). Finished runs are kept, so an interrupted harness picks up where it
+stopped when started again with the same ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import multiprocessing
+import os
 import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from srpo_agents.config import TrainConfig
 from srpo_agents.objective import ALGORITHMS
-from srpo_agents.train import train
 
 ALL_ALGOS = sorted(ALGORITHMS)
+REFERENCE = "srpo"
+KAPPA_ABLATION = ("srpo", "srpo_sum", "srpo_mean")  # kappa = 1/sqrt K, 1, 1/K
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {"pairs": [("SRPO-Math-v0", "parallel")], "algos": ["srpo", "grpo"],
-              "seeds": [0], "base": dict(model="fresh-tiny", compact_prompts=True, steps=2,
-                                         group_size=2, tasks_per_step=2, eval_tasks=4,
-                                         eval_k=2, max_new_tokens=12, n_agents=2)},
+              "seeds": [0], "base": dict(model="fresh-tiny", steps=2, group_size=2,
+                                         tasks_per_step=2, eval_tasks=4, eval_k=2,
+                                         max_new_tokens=12, n_agents=2)},
     "small": {"pairs": [("SRPO-Math-v0", "parallel"), ("SRPO-Math-v0", "solve_verify"),
                         ("SRPO-Search-v0", "parallel"),
                         ("SRPO-Search-v0", "search_answer_verify")],
               "algos": ALL_ALGOS, "seeds": [0, 1, 2],
-              "base": dict(model="tiny", steps=4, group_size=4, tasks_per_step=8,
+              "base": dict(model="tiny", steps=6, group_size=4, tasks_per_step=8,
                            eval_tasks=64, eval_k=4, max_new_tokens=32, difficulty=(0,),
-                           warmstart_minutes=3.0)},
+                           lr=1e-4, warmstart_minutes=3.0),
+              # A search episode costs the character-level policy 3-8x a math one (the
+              # retrieved passages are in its prompts): one-hop questions, two searchers,
+              # two rounds and a smaller budget keep the preset near an hour on 2 cores.
+              "overrides": {"SRPO-Search-v0": dict(
+                  n_agents=2, max_turns=2, steps=3, eval_tasks=32,
+                  extra_env_kwargs={"hops": [1]})}},
     "paper": {"pairs": [("SRPO-Math-v0", "parallel"), ("SRPO-Search-v0", "parallel")],
               "algos": ALL_ALGOS, "seeds": [0, 1, 2],
               "base": dict(model="Qwen/Qwen2.5-3B-Instruct", backend="vllm", device="cuda",
@@ -67,7 +88,9 @@ def run_rows(config: TrainConfig, summary: dict, run_dir: Path) -> list[dict]:
               "seed": config.seed, "steps": config.steps, "train_tokens": train_tokens,
               "grad_norm_cv": statistics.pstdev(norms) / mean_norm if mean_norm else 0.0,
               "mean_set_size": statistics.mean(s["mean_set_size"] for s in steps) if steps else 0.0,
-              "events_dropped": sum(s["events_dropped"] for s in steps)}
+              "events_dropped": sum(s["events_dropped"] for s in steps),
+              "train_accuracy": [s["accuracy"] for s in steps],
+              "wall_time_s": summary.get("wall_time_s", 0.0)}
     rows = []
     for checkpoint in ("before", "after"):
         result = summary[checkpoint]
@@ -78,47 +101,252 @@ def run_rows(config: TrainConfig, summary: dict, run_dir: Path) -> list[dict]:
     return rows
 
 
+# ---------------------------------------------------------------- the jobs (one process each)
+
+def _one_thread() -> None:
+    # Two workers on two cores: one OpenMP thread each, or they fight over the cores.
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _same_config(path: Path, config: TrainConfig) -> bool:
+    if not path.is_file():
+        return False
+    return json.loads(path.read_text()).get("config") == json.loads(json.dumps(config.to_dict()))
+
+
+def warm_start_job(config: TrainConfig) -> dict:
+    """Build the pair's starting policy (cached in ``config.warmstart_dir``)."""
+    from srpo_agents.train import prepare_policy
+
+    _, meta = prepare_policy(config, Path(config.out), log=lambda *_: None)
+    return meta
+
+
+def before_job(config: TrainConfig, path: Path) -> dict:
+    """The starting policy's held-out result for one pair and seed (cached in ``path``)."""
+    from srpo_agents.train import evaluate_start
+
+    if not _same_config(path, config):
+        result = evaluate_start(config, log=lambda *_: None)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"config": config.to_dict(), "before": result}))
+        os.replace(tmp, path)
+    return json.loads(path.read_text())["before"]
+
+
+def run_job(config: TrainConfig, before: dict) -> list[dict]:
+    """Train one algorithm on one pair and seed; a finished run is read back, not redone."""
+    from srpo_agents.train import train
+
+    run_dir = Path(config.out)
+    if not _same_config(run_dir / "summary.json", config):
+        train(config, log=lambda *_: None, before=before)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return run_rows(config, summary, run_dir)
+
+
+def _pool(workers: int):
+    if workers <= 1:
+        return None
+    return ProcessPoolExecutor(max_workers=workers, initializer=_one_thread,
+                               mp_context=multiprocessing.get_context("spawn"))
+
+
+def _map(pool, function, jobs: list[tuple]) -> list:
+    if pool is None:
+        return [function(*job) for job in jobs]
+    return [future.result() for future in [pool.submit(function, *job) for job in jobs]]
+
+
+def _pair_name(env: str, workflow: str) -> str:
+    return f"{env}-{workflow}"
+
+
+def run_preset(name: str, out: Path, log=print, workers: int = 1) -> list[dict]:
+    preset = PRESETS[name]
+    out.mkdir(parents=True, exist_ok=True)
+    base = dict(preset["base"])
+    started = time.monotonic()
+    if base["model"] == "fresh-tiny":
+        from srpo_agents.tiny import build_tiny_policy
+
+        model_dir = out / "fresh-tiny"
+        if not (model_dir / "config.json").is_file():
+            build_tiny_policy(["x"], model_dir, hidden_size=64, num_layers=2, num_heads=2)
+        base.update(model=str(model_dir), compact_prompts=True)
+    overrides = preset.get("overrides", {})
+
+    def settings_for(env: str) -> dict[str, Any]:
+        return {**base, **overrides.get(env, {})}
+
+    pool = _pool(workers)
+    try:
+        starts: dict[tuple[str, str], str] = {}
+        if base["model"] == "tiny":
+            # One warm start per pair, shared by its seeds and algorithms.
+            jobs = []
+            for env, workflow in preset["pairs"]:
+                folder = out / "warmstart" / _pair_name(env, workflow)
+                jobs.append((TrainConfig(env=env, workflow=workflow, seed=0,
+                                         out=str(folder), warmstart_dir=str(folder),
+                                         **settings_for(env)),))
+                starts[(env, workflow)] = str(folder / "warmstart")
+            log(f"harness: {len(jobs)} warm starts")
+            metas = _map(pool, warm_start_job, jobs)
+            (out / "warmstart" / "summary.json").write_text(json.dumps(
+                {_pair_name(*p): m for p, m in zip(preset["pairs"], metas, strict=True)},
+                indent=2))
+
+        def config_for(env: str, workflow: str, seed: int, algo: str) -> TrainConfig:
+            settings = settings_for(env)
+            if (env, workflow) in starts:
+                settings.update(model=starts[(env, workflow)], compact_prompts=True)
+            return TrainConfig(env=env, workflow=workflow, algo=algo, seed=seed, save_every=0,
+                               out=str(out / "runs" / f"{_pair_name(env, workflow)}-{algo}-s{seed}"),
+                               **settings)
+
+        keys = [(env, workflow, seed) for env, workflow in preset["pairs"]
+                for seed in preset["seeds"]]
+        log(f"harness: {len(keys)} starting evaluations")
+        befores = dict(zip(keys, _map(pool, before_job, [
+            (replace(config_for(*key, REFERENCE), out=str(out / "before")),
+             out / "before" / f"{_pair_name(*key[:2])}-s{key[2]}.json") for key in keys]),
+            strict=True))
+        jobs = [(config_for(*key, algo), befores[key]) for key in keys for algo in preset["algos"]]
+        log(f"harness: {len(jobs)} runs on {max(workers, 1)} worker(s)")
+        rows = [row for rows_ in _map(pool, run_job, jobs) for row in rows_]
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    with (out / "results.jsonl").open("w") as handle:
+        handle.writelines(json.dumps(r) + "\n" for r in rows)
+    command = f"python benchmarks/harness.py --preset {name} --out {out}"
+    if workers > 1:
+        command += f" --workers {workers}"
+    write_table(rows, out / "table.md", command, time.monotonic() - started)
+    write_plots(rows, out)
+    return rows
+
+
+# ---------------------------------------------------------------- the table
+
 def _mean_std(values: list[float]) -> str:
     if len(values) == 1:
         return f"{values[0]:.3f}"
     return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 
-def write_table(rows: list[dict], path: Path, command: str) -> None:
+def paired_difference(rows_a: list[dict], rows_b: list[dict]) -> dict[str, float]:
+    """avg@k of A minus B, paired by seed (and by task within a seed).
+
+    ``seed_se``: the standard error of the mean difference over seeds (training noise and
+    evaluation noise together; few seeds make it rough). ``task_se``: the standard error
+    of the per-task differences pooled over seeds (evaluation noise only). A difference is
+    called only when it exceeds twice the larger of the two."""
+    by_seed_b = {r["seed"]: r for r in rows_b}
+    seeds = sorted(r["seed"] for r in rows_a if r["seed"] in by_seed_b)
+    by_seed_a = {r["seed"]: r for r in rows_a}
+    diffs = [by_seed_a[s]["avg_at_k"] - by_seed_b[s]["avg_at_k"] for s in seeds]
+    per_task = [x - y for s in seeds for x, y in zip(
+        by_seed_a[s]["per_task_avg"], by_seed_b[s]["per_task_avg"], strict=True)]
+    mean = statistics.mean(diffs)
+    seed_se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+    task_se = statistics.stdev(per_task) / math.sqrt(len(per_task)) if len(per_task) > 1 else 0.0
+    noise = 2 * max(seed_se, task_se)
+    verdict = "within noise" if abs(mean) <= noise else ("ahead" if mean > 0 else "behind")
+    return {"diff": mean, "seed_se": seed_se, "task_se": task_se, "verdict": verdict,
+            "seeds": len(seeds)}
+
+
+def _pair_rows(rows: list[dict], pair: tuple[str, str], algo: str, checkpoint: str) -> list[dict]:
+    return [r for r in rows if (r["env"], r["workflow"]) == pair and r["algo"] == algo
+            and r["checkpoint"] == checkpoint]
+
+
+def _diff_cell(d: dict[str, float]) -> str:
+    return f"{d['diff']:+.3f} (±{d['seed_se']:.3f} seeds, ±{d['task_se']:.3f} tasks) {d['verdict']}"
+
+
+def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0) -> None:
     after = [r for r in rows if r["checkpoint"] == "after"]
     pairs = sorted({(r["env"], r["workflow"]) for r in after})
     algos = sorted({r["algo"] for r in after})
     k = after[0]["k"]
-    lines = [f"# Paired comparison ({command})", "",
-             f"Held-out avg@{k} / pass@{k} after training, mean ± std over seeds; the same "
-             f"tasks, seeds and sample budget for every algorithm.", "",
+    budgets = sorted({(r["env"], r["workflow"], r["steps"], r["tasks"]) for r in after})
+    lines = ["# Paired comparison", "", f"Command: `{command}`" +
+             (f" ({seconds / 60:.0f} min)" if seconds else ""), "",
+             f"avg@{k} / pass@{k} on held-out tasks after training, mean ± std over seeds; "
+             "within an env/workflow pair every algorithm has the same tasks, seeds, starting "
+             "policy and sample budget. \"start\" is the shared starting policy. Budgets: "
+             + "; ".join(f"{e} {w}: {s} steps, {n} held-out tasks" for e, w, s, n in budgets)
+             + ".", "",
              "| env | workflow | algo | avg@k | pass@k | tokens/task | tool calls/task | "
              "correct/M tokens | grad-norm CV | mean set size | events dropped |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for env, workflow in pairs:
-        for algo in algos:
-            sel = [r for r in after if (r["env"], r["workflow"], r["algo"]) == (env, workflow, algo)]
+    for pair in pairs:
+        start = _pair_rows(rows, pair, algos[0], "before")
+        groups = [("start", start)] + [(a, _pair_rows(rows, pair, a, "after")) for a in algos]
+        for algo, sel in groups:
             if not sel:
                 continue
 
             def col(key, rows_=sel):
                 return [r[key] for r in rows_]
 
+            trained = algo != "start"
             lines.append(
-                f"| {env} | {workflow} | {algo} | {_mean_std(col('avg_at_k'))} | "
+                f"| {pair[0]} | {pair[1]} | {algo} | {_mean_std(col('avg_at_k'))} | "
                 f"{_mean_std(col('pass_at_k'))} | {statistics.mean(col('tokens_per_task')):.1f} | "
                 f"{statistics.mean(col('tool_calls_per_task')):.2f} | "
                 f"{statistics.mean(col('correct_per_million_tokens')):,.0f} | "
-                f"{statistics.mean(col('grad_norm_cv')):.2f} | "
-                f"{statistics.mean(col('mean_set_size')):.2f} | {sum(col('events_dropped'))} |")
-    lines += ["", "Macro average over env/workflow pairs:", "", "| algo | avg@k | pass@k |",
-              "|---|---:|---:|"]
+                + (f"{statistics.mean(col('grad_norm_cv')):.2f} | "
+                   f"{statistics.mean(col('mean_set_size')):.2f} | {sum(col('events_dropped'))} |"
+                   if trained else "| | |"))
+    lines += ["", "Macro average over env/workflow pairs (after training):", "",
+              "| algo | avg@k | pass@k |", "|---|---:|---:|"]
     for algo in algos:
-        per_pair = [[r for r in after if r["algo"] == algo and (r["env"], r["workflow"]) == p]
-                    for p in pairs]
+        per_pair = [_pair_rows(rows, p, algo, "after") for p in pairs]
         avg = [statistics.mean(r["avg_at_k"] for r in sel) for sel in per_pair if sel]
         pas = [statistics.mean(r["pass_at_k"] for r in sel) for sel in per_pair if sel]
         lines.append(f"| {algo} | {statistics.mean(avg):.3f} | {statistics.mean(pas):.3f} |")
+    if REFERENCE in algos and len(algos) > 1:
+        lines += ["", f"{REFERENCE} minus each algorithm, held-out avg@k after training, paired "
+                  "by seed and task. \"ahead\"/\"behind\" only where the difference exceeds "
+                  "twice the larger standard error; otherwise \"within noise\".", "",
+                  "| env | workflow | vs | difference |", "|---|---|---|---|"]
+        for pair in pairs:
+            ref = _pair_rows(rows, pair, REFERENCE, "after")
+            for algo in algos:
+                other = _pair_rows(rows, pair, algo, "after")
+                if algo != REFERENCE and ref and other:
+                    lines.append(f"| {pair[0]} | {pair[1]} | {algo} | "
+                                 f"{_diff_cell(paired_difference(ref, other))} |")
+        lines += ["", "Each algorithm after training minus the shared start (did training "
+                  "move held-out accuracy at this budget?):", "",
+                  "| env | workflow | algo | after - start |", "|---|---|---|---|"]
+        for pair in pairs:
+            for algo in algos:
+                trained = _pair_rows(rows, pair, algo, "after")
+                start = _pair_rows(rows, pair, algo, "before")
+                if trained and start:
+                    lines.append(f"| {pair[0]} | {pair[1]} | {algo} | "
+                                 f"{_diff_cell(paired_difference(trained, start))} |")
+    if set(KAPPA_ABLATION) <= set(algos):
+        lines += ["", "Kappa ablation (the paper's ordering: 1/sqrt K above sum above mean):",
+                  "", "| env | workflow | srpo - srpo_sum | srpo_sum - srpo_mean | "
+                  "ordering held? |", "|---|---|---|---|---|"]
+        for pair in pairs:
+            sel = {a: _pair_rows(rows, pair, a, "after") for a in KAPPA_ABLATION}
+            top = paired_difference(sel["srpo"], sel["srpo_sum"])
+            low = paired_difference(sel["srpo_sum"], sel["srpo_mean"])
+            held = ("yes" if top["verdict"] == low["verdict"] == "ahead" else
+                    "contradicted" if "behind" in (top["verdict"], low["verdict"]) else
+                    "not separated")
+            lines.append(f"| {pair[0]} | {pair[1]} | {_diff_cell(top)} | {_diff_cell(low)} | "
+                         f"{held} |")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -128,22 +356,35 @@ def write_plots(rows: list[dict], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for run_dir in sorted((out / "runs").iterdir()):
-        steps = _read_metrics(run_dir)
-        ax.plot([s["step"] + 1 for s in steps], [s["accuracy"] for s in steps],
-                label=run_dir.name, alpha=0.8)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training accuracy")
-    ax.legend(fontsize=6)
+    after = [r for r in rows if r["checkpoint"] == "after"]
+    pairs = sorted({(r["env"], r["workflow"]) for r in after})
+    algos = sorted({r["algo"] for r in after})
+    colors = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(algos)}
+    fig, axes = plt.subplots(1, len(pairs), figsize=(4 * len(pairs), 3.5), squeeze=False)
+    for ax, pair in zip(axes[0], pairs, strict=True):
+        for algo in algos:
+            curves = [r["train_accuracy"] for r in after
+                      if (r["env"], r["workflow"]) == pair and r["algo"] == algo]
+            if curves:
+                mean = [statistics.mean(c[i] for c in curves) for i in range(len(curves[0]))]
+                ax.plot(range(1, len(mean) + 1), mean, label=algo, color=colors[algo])
+        ax.set_title(f"{pair[0]}\n{pair[1]}", fontsize=8)
+        ax.set_xlabel("step")
+    axes[0][0].set_ylabel("training accuracy (mean over seeds)")
+    axes[0][-1].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(out / "learning_curves.png", dpi=120)
     plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for algo in sorted({r["algo"] for r in rows}):
-        sel = [r for r in rows if r["algo"] == algo and r["checkpoint"] == "after"]
-        ax.scatter([r["train_tokens"] for r in sel], [r["avg_at_k"] for r in sel], label=algo)
-    ax.set_xlabel("generated training tokens")
+    markers = "osD^v<>p"
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for algo in algos:
+        for index, pair in enumerate(pairs):
+            sel = [r for r in after if r["algo"] == algo and (r["env"], r["workflow"]) == pair]
+            ax.scatter([r["train_tokens"] for r in sel], [r["avg_at_k"] for r in sel],
+                       color=colors[algo], marker=markers[index % len(markers)], s=18,
+                       label=algo if index == 0 else None)
+    ax.set_xscale("log")
+    ax.set_xlabel("generated training tokens (marker: env/workflow pair)")
     ax.set_ylabel("held-out avg@k")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -151,45 +392,18 @@ def write_plots(rows: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
-def run_preset(name: str, out: Path, log=print) -> list[dict]:
-    preset = PRESETS[name]
-    out.mkdir(parents=True, exist_ok=True)
-    base = dict(preset["base"])
-    if base["model"] == "fresh-tiny":
-        from srpo_agents.tiny import build_tiny_policy
-
-        model_dir = out / "fresh-tiny"
-        if not (model_dir / "config.json").is_file():
-            build_tiny_policy(["x"], model_dir, hidden_size=64, num_layers=2, num_heads=2)
-        base["model"] = str(model_dir)
-    rows = []
-    for env, workflow in preset["pairs"]:
-        for seed in preset["seeds"]:
-            for algo in preset["algos"]:
-                # Every algorithm of a pair and seed starts from the same warm start.
-                config = TrainConfig(env=env, workflow=workflow, algo=algo, seed=seed,
-                                     out=str(out / "runs" / f"{env}-{workflow}-{algo}-s{seed}"),
-                                     warmstart_dir=str(out / "warmstart" /
-                                                       f"{env}-{workflow}-s{seed}"),
-                                     save_every=0, **base)
-                log(f"harness: {env} {workflow} {algo} seed {seed}")
-                summary = train(config, log=lambda *_: None)
-                rows += run_rows(config, summary, Path(config.out))
-    with (out / "results.jsonl").open("w") as handle:
-        handle.writelines(json.dumps(r) + "\n" for r in rows)
-    command = f"python benchmarks/harness.py --preset {name} --out {out}"
-    write_table(rows, out / "table.md", command)
-    write_plots(rows, out)
-    return rows
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="smoke")
     parser.add_argument("--out", default="")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="runs in parallel, one process and one thread each")
     args = parser.parse_args()
+    if args.workers < 1:
+        sys.exit(f"--workers={args.workers}: expected an int >= 1")
     out = Path(args.out or f"runs/harness-{args.preset}")
-    run_preset(args.preset, out)
+    run_preset(args.preset, out, workers=args.workers)
     print((out / "table.md").read_text())
 
 

@@ -3,6 +3,7 @@
     srpo train --env SRPO-Math-v0 --workflow parallel --n-agents 3 --algo srpo \\
                --model tiny --steps 20 --group-size 8 --out runs/demo
     srpo eval --checkpoint runs/demo --env SRPO-Math-v0 --workflow parallel --k 16
+    srpo eval --checkpoint runs/demo --env SRPO-Math-v0 --benchmarks aime24,amc23,math500,gsm8k
 
 Every ``TrainConfig`` field is a ``train`` flag. ``eval`` takes a run directory (its
 ``policy/``, or its ``policy-<role>/`` folders after ``--per-role-policies``), a saved
@@ -104,13 +105,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
     engine = RolloutEngine(policy, max_new_tokens=config.max_new_tokens,
                            temperature=config.temperature, backend=config.backend,
                            seed=config.seed, role_policies=role_policies)
-    envs = eval_pool(env_factory(config, "test"), 256, config.seed + 1)
-    total = getattr(envs[0], "num_tasks", None)
-    indices = list(range(args.tasks if total is None else min(args.tasks, total)))
-    result = evaluate(engine, envs, indices, args.k, tag="cli")
-    print(format_table(result))
+
+    def run(config_: TrainConfig) -> dict:
+        envs = eval_pool(env_factory(config_, "test"), 256, config_.seed + 1)
+        total = getattr(envs[0], "num_tasks", None)
+        indices = list(range(args.tasks if total is None else min(args.tasks, total)))
+        return evaluate(engine, envs, indices, args.k, tag="cli")
+
+    if args.benchmarks:
+        from srpo_agents.benchmark_sets import (
+            benchmark_configs,
+            format_benchmark_table,
+            macro_average,
+        )
+
+        results = {}
+        for name, bench_config in benchmark_configs(config, args.benchmarks, args.data_dir):
+            results[name] = run(bench_config)
+            print(f"{name}: avg@{args.k} {results[name]['avg_at_k']:.3f}", file=sys.stderr)
+        print(format_benchmark_table(results))
+        output = {"benchmarks": results, "macro_average": macro_average(results)}
+    else:
+        output = run(config)
+        print(format_table(output))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        Path(args.json).write_text(json.dumps(output, indent=2))
     return 0
 
 
@@ -133,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--k", type=int, default=16)
     ev.add_argument("--tasks", type=int, default=500)
     ev.add_argument("--json", default="", help="also write the result to this file")
+    ev.add_argument("--benchmarks", default="",
+                    help="comma-separated benchmark names (math: aime24, amc23, math500, "
+                         "gsm8k; search: nq, triviaqa, popqa, hotpotqa, 2wiki, musique, "
+                         "bamboogle), 'all', or JSONL paths: one table row each")
+    ev.add_argument("--data-dir", default="",
+                    help="folder holding math/ and search/ (default: $SRPO_DATA_DIR, else "
+                         "../shared/data)")
     add_config_flags(ev, skip={"model", "steps", "eval_tasks", "eval_k", "out", "resume",
                                "lr", "epochs", "minibatch_units", "eps_low", "eps_high",
                                "beta", "max_grad_norm", "save_every", "eval_every",

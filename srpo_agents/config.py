@@ -55,6 +55,9 @@ class TrainConfig:
     dataset: str | None = None
     """Training tasks: JSONL path or datasets name (default: the env's generator)."""
     corpus: str | None = None
+    """Search env: JSONL corpus (id, title, text) of ``dataset``/``eval_dataset``."""
+    retriever: str = "bm25"
+    """Search env: bm25, rank_bm25, dense, or the http(s) URL of a retrieval server."""
     eval_dataset: str | None = None
     """Held-out tasks (default: the generator's test split)."""
     eval_tasks: int = 200

@@ -40,7 +40,8 @@ def env_kwargs(config: TrainConfig, split: str) -> dict[str, Any]:
             kwargs["prompts"] = TINY_MATH_PROMPTS
             kwargs["max_output_chars"] = max(64, 4 * config.max_new_tokens)
     else:
-        kwargs.update(n_searchers=config.n_agents, max_turns=config.max_turns, split=split)
+        kwargs.update(n_searchers=config.n_agents, max_turns=config.max_turns, split=split,
+                      retriever=config.retriever)
         if config.corpus:
             kwargs["corpus"] = config.corpus
         if tiny:

@@ -51,7 +51,10 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
               "avg_at_k_stderr": stderr(per_task_avg), "pass_at_k": float(per_task_pass.mean()),
               "pass_at_k_stderr": stderr(per_task_pass),
               "tokens_per_task": float(np.mean(tokens)),
-              "tool_calls_per_task": float(np.mean(calls))}
+              "tool_calls_per_task": float(np.mean(calls)),
+              # per task, in task order: lets two runs on the same tasks be compared
+              # pairwise, which is far less noisy than comparing their two means
+              "per_task_avg": [float(v) for v in per_task_avg]}
     if em:
         result.update(em=float(np.mean(em)), f1=float(np.mean(f1)))
     return result

@@ -109,7 +109,33 @@ def update_policies(learners: dict[str, Learner], units, advantages: np.ndarray)
     return merged
 
 
-def train(config: TrainConfig, log=print) -> dict[str, Any]:
+def make_engine(config: TrainConfig, policy: Policy,
+                role_policies: dict[str, Policy] | None = None) -> RolloutEngine:
+    return RolloutEngine(policy, max_new_tokens=config.max_new_tokens,
+                         temperature=config.temperature, backend=config.backend,
+                         seed=config.seed, role_policies=role_policies or {})
+
+
+def held_out(config: TrainConfig) -> tuple[list, list[int]]:
+    """The run's held-out env pool and task indices (the same for every algorithm)."""
+    test_envs = eval_pool(env_factory(config, "test"), 256, config.seed + 1)
+    return test_envs, _eval_indices(config, test_envs)
+
+
+def evaluate_start(config: TrainConfig, log=print) -> dict[str, Any]:
+    """The "before" evaluation of ``train`` on its own, so that runs that share a start
+    (the harness: every algorithm of one env, workflow and seed) can share it too."""
+    policy, _ = prepare_policy(config, Path(config.out), log)
+    test_envs, eval_indices = held_out(config)
+    return evaluate(make_engine(config, policy), test_envs, eval_indices, config.eval_k,
+                    tag="before")
+
+
+def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
+          ) -> dict[str, Any]:
+    """Train and evaluate one run. ``before``: the starting policy's held-out result when
+    it was already measured (``evaluate_start``); the run then skips that evaluation, so
+    its sampling starts from the seed's first random number."""
     run_dir = Path(config.out)
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -121,16 +147,13 @@ def train(config: TrainConfig, log=print) -> dict[str, Any]:
     estimator = ADVANTAGE_ESTIMATORS[config.advantage or algorithm.advantage]
     train_envs = eval_pool(env_factory(config, "train"),
                            config.tasks_per_step * config.group_size, config.seed)
-    test_envs = eval_pool(env_factory(config, "test"), 256, config.seed + 1)
-    eval_indices = _eval_indices(config, test_envs)
+    test_envs, eval_indices = held_out(config)
     role_policies = {}
     if config.per_role_policies:
         role_policies = {role: Policy(copy.deepcopy(policy.model), policy.tokenizer,
                                       f"{policy.name}#{role}")
                          for role in sorted(set(train_envs[0].roles.values()))}
-    engine = RolloutEngine(policy, max_new_tokens=config.max_new_tokens,
-                           temperature=config.temperature, backend=config.backend,
-                           seed=config.seed, role_policies=role_policies)
+    engine = make_engine(config, policy, role_policies)
     learner_config = LearnerConfig(
         lr=config.lr, epochs=config.epochs, minibatch_units=config.minibatch_units,
         microbatch_rows=config.microbatch_rows, eps_low=config.eps_low,
@@ -144,11 +167,11 @@ def train(config: TrainConfig, log=print) -> dict[str, Any]:
     generators = {"task_rng": task_rng, **engine.sampler_generators(),
                   **{f"learner_rng:{name}": learner.rng for name, learner in learners.items()}}
     metrics_path, summary_path = run_dir / "metrics.jsonl", run_dir / "summary.json"
-    start_step, before = 0, None
+    start_step = 0
     if config.resume and (run_dir / CHECKPOINT_NAME).is_file():
         payload = load_checkpoint(run_dir, policies=policies, optimizers=optimizers,
                                   generators=generators)
-        start_step, before = payload["step"], payload["extra"].get("before")
+        start_step, before = payload["step"], payload["extra"].get("before") or before
         engine.policy_version = start_step
         kept = [line for line in metrics_path.read_text().splitlines()
                 if line and json.loads(line)["step"] < start_step]

@@ -1,0 +1,122 @@
+"""The standard evaluation sets by name, and their evaluation one by one.
+
+    srpo eval --checkpoint runs/x --env SRPO-Math-v0 --benchmarks aime24,amc23,math500,gsm8k
+    srpo eval --checkpoint runs/y --env SRPO-Search-v0 --benchmarks all --retriever http://...
+
+Names resolve to JSONL files under a data folder laid out like the project's shared data
+(``math/…``, ``search/…``): ``--data-dir``, else ``$SRPO_DATA_DIR``, else
+``../shared/data``. HotpotQA comes with its own paragraphs as a corpus; the open-domain
+sets (NQ, TriviaQA, PopQA, 2Wiki, MuSiQue, Bamboogle) are meant for a Wikipedia retriever,
+so they need ``--retriever URL`` or a ``--corpus`` of your own. A path to any JSONL file
+works in place of a name.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from srpo_agents.config import TrainConfig
+
+DATA_DIR_VARIABLE = "SRPO_DATA_DIR"
+# name -> (questions, corpus or None), relative to the data folder
+BENCHMARKS: dict[str, dict[str, tuple[str, str | None]]] = {
+    "SRPO-Math-v0": {
+        "aime24": ("math/aime24.jsonl", None),
+        "amc23": ("math/amc23.jsonl", None),
+        "math500": ("math/math500.jsonl", None),
+        "gsm8k": ("math/gsm8k_test.jsonl", None),
+    },
+    "SRPO-Search-v0": {
+        "nq": ("search/nq_open_test.jsonl", None),
+        "triviaqa": ("search/triviaqa_512.jsonl", None),
+        "popqa": ("search/popqa_512.jsonl", None),
+        "hotpotqa": ("search/hotpotqa_dev_500.jsonl", "search/hotpotqa_dev_corpus.jsonl"),
+        "2wiki": ("search/2wikimultihopqa_dev_512.jsonl", None),
+        "musique": ("search/musique_dev_512.jsonl", None),
+        "bamboogle": ("search/bamboogle.jsonl", None),
+    },
+}
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get(DATA_DIR_VARIABLE) or Path("..") / "shared" / "data")
+
+
+def resolve(env: str, names: str, data_dir: str | Path | None = None
+            ) -> list[tuple[str, Path, Path | None]]:
+    """``"aime24,amc23"``, ``"all"`` or JSONL paths -> (name, questions, corpus) each."""
+    known = BENCHMARKS[env]
+    root = Path(data_dir) if data_dir else default_data_dir()
+    wanted = list(known) if names.strip() == "all" else [
+        n.strip() for n in names.split(",") if n.strip()]
+    if not wanted:
+        raise ValueError(f"benchmarks={names!r}: expected names from {sorted(known)}, 'all' "
+                         f"or JSONL paths, separated by commas")
+    resolved = []
+    for name in wanted:
+        if name in known:
+            questions, corpus = known[name]
+            entry = (name, root / questions, root / corpus if corpus else None)
+        elif name.endswith(".jsonl"):
+            entry = (Path(name).stem, Path(name), None)
+        else:
+            raise ValueError(f"benchmarks: {name!r} is not a {env} benchmark; expected one of "
+                             f"{sorted(known)}, 'all' or a path to a .jsonl file")
+        if not entry[1].is_file():
+            raise FileNotFoundError(f"benchmark {name!r}: {entry[1]} not found (set --data-dir "
+                                    f"or ${DATA_DIR_VARIABLE} to the folder holding math/ "
+                                    f"and search/)")
+        resolved.append(entry)
+    return resolved
+
+
+def benchmark_configs(config: TrainConfig, names: str, data_dir: str | Path | None = None
+                      ) -> list[tuple[str, TrainConfig]]:
+    """One config per benchmark: its questions as the held-out set, its own corpus where
+    it has one, else the run's ``--corpus``/``--retriever``."""
+    configs = []
+    for name, questions, corpus in resolve(config.env, names, data_dir):
+        own = str(corpus) if corpus else config.corpus
+        if config.env == "SRPO-Search-v0" and own is None and not config.retriever.startswith(
+                ("http://", "https://")):
+            raise ValueError(f"benchmark {name!r} has no corpus of its own: give --retriever "
+                             f"http(s)://… (a Wikipedia retrieval server) or --corpus FILE.jsonl")
+        configs.append((name, replace(config, eval_dataset=str(questions), corpus=own)))
+    return configs
+
+
+def macro_average(results: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Unweighted mean over benchmarks of every number they all report."""
+    keys = [k for k in ("avg_at_k", "pass_at_k", "tokens_per_task", "tool_calls_per_task",
+                        "em", "f1") if all(k in r for r in results.values())]
+    return {k: statistics.mean(r[k] for r in results.values()) for k in keys}
+
+
+def format_benchmark_table(results: dict[str, dict[str, Any]]) -> str:
+    first = next(iter(results.values()))
+    k = first["k"]
+    search = "em" in first
+    head = f"| benchmark | tasks | avg@{k} | pass@{k} | tokens/task | tool calls/task |"
+    rule = "|---|---:|---:|---:|---:|---:|"
+    if search:
+        head, rule = head + " EM | F1 |", rule + "---:|---:|"
+    lines = [head, rule]
+    for name, r in results.items():
+        line = (f"| {name} | {r['tasks']} | {r['avg_at_k']:.3f} ± {r['avg_at_k_stderr']:.3f} | "
+                f"{r['pass_at_k']:.3f} ± {r['pass_at_k_stderr']:.3f} | "
+                f"{r['tokens_per_task']:.1f} | {r['tool_calls_per_task']:.2f} |")
+        if search:
+            line += f" {r.get('em', 0.0):.3f} | {r.get('f1', 0.0):.3f} |"
+        lines.append(line)
+    if len(results) > 1:
+        m = macro_average(results)
+        line = (f"| macro average | | {m['avg_at_k']:.3f} | {m['pass_at_k']:.3f} | "
+                f"{m['tokens_per_task']:.1f} | {m['tool_calls_per_task']:.2f} |")
+        if search:
+            line += f" {m.get('em', 0.0):.3f} | {m.get('f1', 0.0):.3f} |"
+        lines.append(line)
+    return "\n".join(lines)
