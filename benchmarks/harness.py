@@ -42,10 +42,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from machine import describe
+
+from srpo_agents.benchmark_sets import default_data_dir
 from srpo_agents.config import TrainConfig
 from srpo_agents.objective import ALGORITHMS
 
 ALL_ALGOS = sorted(ALGORITHMS)
+DATA = default_data_dir()
 REFERENCE = "srpo"
 KAPPA_ABLATION = ("srpo", "srpo_sum", "srpo_mean")  # kappa = 1/sqrt K, 1, 1/K
 PRESETS: dict[str, dict[str, Any]] = {
@@ -57,20 +61,40 @@ PRESETS: dict[str, dict[str, Any]] = {
                         ("SRPO-Search-v0", "parallel"),
                         ("SRPO-Search-v0", "search_answer_verify")],
               "algos": ALL_ALGOS, "seeds": [0, 1, 2],
+              # Two epochs over each batch: the second is off-policy (ratio != 1), which
+              # is where the set ratio and its clip act; with one on-policy step per batch
+              # every ratio is 1 and only the weighting of the gradient differs.
               "base": dict(model="tiny", steps=6, group_size=4, tasks_per_step=8,
                            eval_tasks=64, eval_k=4, max_new_tokens=32, difficulty=(0,),
-                           lr=1e-4, warmstart_minutes=3.0),
+                           lr=1e-4, epochs=2, warmstart_minutes=3.0),
               # A search episode costs the character-level policy 3-8x a math one (the
               # retrieved passages are in its prompts): one-hop questions, two searchers,
               # two rounds and a smaller budget keep the preset near an hour on 2 cores.
               "overrides": {"SRPO-Search-v0": dict(
                   n_agents=2, max_turns=2, steps=3, eval_tasks=32,
                   extra_env_kwargs={"hops": [1]})}},
-    "paper": {"pairs": [("SRPO-Math-v0", "parallel"), ("SRPO-Search-v0", "parallel")],
+    # The GPU preset: the paper's setting on the real benchmark files (see
+    # srpo_agents.benchmark_sets). Training data: the MATH train stand-in; for search,
+    # HotpotQA train questions over a Wikipedia retrieval server (Search-R1's protocol)
+    # that you start yourself at the URL below.
+    "paper": {"pairs": [("SRPO-Math-v0", "parallel"), ("SRPO-Math-v0", "solve_verify"),
+                        ("SRPO-Search-v0", "parallel"),
+                        ("SRPO-Search-v0", "search_answer_verify")],
               "algos": ALL_ALGOS, "seeds": [0, 1, 2],
               "base": dict(model="Qwen/Qwen2.5-3B-Instruct", backend="vllm", device="cuda",
-                           steps=200, group_size=8, tasks_per_step=32, eval_tasks=500,
-                           eval_k=16, max_new_tokens=512, lr=1e-6)},
+                           steps=200, group_size=8, tasks_per_step=32, eval_tasks=200,
+                           eval_k=16, max_new_tokens=1024, lr=1e-6),
+              "overrides": {
+                  "SRPO-Math-v0": dict(
+                      dataset=str(DATA / "math" / "math_test_minus_math500.jsonl"),
+                      eval_dataset=str(DATA / "math" / "math500.jsonl")),
+                  "SRPO-Search-v0": dict(
+                      dataset=str(DATA / "search" / "hotpotqa_train_100.jsonl"),
+                      eval_dataset=str(DATA / "search" / "hotpotqa_dev_500.jsonl"),
+                      retriever="http://127.0.0.1:8000/retrieve", max_new_tokens=512)},
+              "benchmarks": {"SRPO-Math-v0": "aime24,amc23,math500,gsm8k",
+                             "SRPO-Search-v0": "all"},
+              "benchmark_tasks": 500},
 }
 
 
@@ -124,27 +148,50 @@ def warm_start_job(config: TrainConfig) -> dict:
     return meta
 
 
-def before_job(config: TrainConfig, path: Path) -> dict:
-    """The starting policy's held-out result for one pair and seed (cached in ``path``)."""
+def benchmark_results(config: TrainConfig, model: str, names: str, tasks: int) -> dict:
+    """The policy at ``model`` (a folder or a model name) on each named benchmark file."""
+    from srpo_agents.benchmark_sets import evaluate_benchmarks
+    from srpo_agents.policy import load_policy
+    from srpo_agents.train import make_engine
+
+    engine = make_engine(config, load_policy(model, device=config.device))
+    return evaluate_benchmarks(engine, config, names, config.eval_k, tasks)
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=1))
+    os.replace(tmp, path)
+
+
+def before_job(config: TrainConfig, path: Path, benchmarks: str = "", tasks: int = 0) -> dict:
+    """The starting policy's held-out result for one pair and seed (cached in ``path``),
+    and with ``benchmarks`` its result on each benchmark file."""
     from srpo_agents.train import evaluate_start
 
     if not _same_config(path, config):
         result = evaluate_start(config, log=lambda *_: None)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"config": config.to_dict(), "before": result}))
-        os.replace(tmp, path)
+        if benchmarks:
+            result["benchmarks"] = benchmark_results(config, config.model, benchmarks, tasks)
+        _write_json(path, {"config": config.to_dict(), "before": result})
     return json.loads(path.read_text())["before"]
 
 
-def run_job(config: TrainConfig, before: dict) -> list[dict]:
-    """Train one algorithm on one pair and seed; a finished run is read back, not redone."""
+def run_job(config: TrainConfig, before: dict, benchmarks: str = "", tasks: int = 0
+            ) -> list[dict]:
+    """Train one algorithm on one pair and seed; a finished run is read back, not redone.
+    With ``benchmarks``, the trained policy is also evaluated on each benchmark file."""
     from srpo_agents.train import train
 
     run_dir = Path(config.out)
     if not _same_config(run_dir / "summary.json", config):
         train(config, log=lambda *_: None, before=before)
     summary = json.loads((run_dir / "summary.json").read_text())
+    if benchmarks and "benchmarks" not in summary["after"]:
+        summary["after"]["benchmarks"] = benchmark_results(
+            config, str(run_dir / "policy"), benchmarks, tasks)
+        _write_json(run_dir / "summary.json", summary)
     return run_rows(config, summary, run_dir)
 
 
@@ -211,11 +258,13 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1) -> list[dict]:
         keys = [(env, workflow, seed) for env, workflow in preset["pairs"]
                 for seed in preset["seeds"]]
         log(f"harness: {len(keys)} starting evaluations")
+        benchmarks, tasks = preset.get("benchmarks", {}), preset.get("benchmark_tasks", 0)
         befores = dict(zip(keys, _map(pool, before_job, [
             (replace(config_for(*key, REFERENCE), out=str(out / "before")),
-             out / "before" / f"{_pair_name(*key[:2])}-s{key[2]}.json") for key in keys]),
-            strict=True))
-        jobs = [(config_for(*key, algo), befores[key]) for key in keys for algo in preset["algos"]]
+             out / "before" / f"{_pair_name(*key[:2])}-s{key[2]}.json",
+             benchmarks.get(key[0], ""), tasks) for key in keys]), strict=True))
+        jobs = [(config_for(*key, algo), befores[key], benchmarks.get(key[0], ""), tasks)
+                for key in keys for algo in preset["algos"]]
         log(f"harness: {len(jobs)} runs on {max(workers, 1)} worker(s)")
         rows = [row for rows_ in _map(pool, run_job, jobs) for row in rows_]
     finally:
@@ -276,8 +325,12 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
     algos = sorted({r["algo"] for r in after})
     k = after[0]["k"]
     budgets = sorted({(r["env"], r["workflow"], r["steps"], r["tasks"]) for r in after})
-    lines = ["# Paired comparison", "", f"Command: `{command}`" +
-             (f" ({seconds / 60:.0f} min)" if seconds else ""), "",
+    run_minutes = sum(r["wall_time_s"] for r in after) / 60
+    lines = ["# Paired comparison", "", f"Command: `{command}`", "",
+             f"Machine: {describe()}. Wall time: "
+             + (f"{seconds / 60:.0f} min for this invocation; " if seconds > 60 else "")
+             + f"{run_minutes:.0f} min summed over the {len(after)} runs (warm starts and "
+             f"start evaluations not included).", "",
              f"avg@{k} / pass@{k} on held-out tasks after training, mean ± std over seeds; "
              "within an env/workflow pair every algorithm has the same tasks, seeds, starting "
              "policy and sample budget. \"start\" is the shared starting policy. Budgets: "
@@ -347,7 +400,34 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
                     "not separated")
             lines.append(f"| {pair[0]} | {pair[1]} | {_diff_cell(top)} | {_diff_cell(low)} | "
                          f"{held} |")
+    lines += _benchmark_lines(rows, pairs, algos)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _benchmark_lines(rows: list[dict], pairs: list[tuple[str, str]], algos: list[str]
+                     ) -> list[str]:
+    """avg@k per benchmark file (mean over seeds) and their macro average, per env."""
+    lines: list[str] = []
+    for env in sorted({e for e, _ in pairs}):
+        names = list(dict.fromkeys(n for r in rows if r["env"] == env
+                                   for n in r.get("benchmarks", {})))
+        if not names:
+            continue
+        lines += ["", f"{env} on the benchmark files: avg@k, mean over seeds:", "",
+                  "| workflow | algo | " + " | ".join(names) + " | macro |",
+                  "|---|---|" + "---:|" * (len(names) + 1)]
+        for workflow in [w for e, w in pairs if e == env]:
+            groups = [("start", _pair_rows(rows, (env, workflow), algos[0], "before"))]
+            groups += [(a, _pair_rows(rows, (env, workflow), a, "after")) for a in algos]
+            for algo, sel in groups:
+                sel = [r for r in sel if "benchmarks" in r]
+                if not sel:
+                    continue
+                means = [statistics.mean(r["benchmarks"][n]["avg_at_k"] for r in sel)
+                         for n in names]
+                lines.append(f"| {workflow} | {algo} | " + " | ".join(f"{m:.3f}" for m in means)
+                             + f" | {statistics.mean(means):.3f} |")
+    return lines
 
 
 def write_plots(rows: list[dict], out: Path) -> None:

@@ -89,6 +89,21 @@ def benchmark_configs(config: TrainConfig, names: str, data_dir: str | Path | No
     return configs
 
 
+def evaluate_benchmarks(engine, config: TrainConfig, names: str, k: int, tasks: int,
+                        data_dir: str | Path | None = None, log=None) -> dict[str, dict]:
+    """avg@k, pass@k, tokens, tool calls (and EM/F1) of ``engine``'s policy on each named
+    benchmark, at most ``tasks`` tasks each."""
+    from srpo_agents.evaluate import evaluate
+    from srpo_agents.train import held_out
+
+    results = {}
+    for name, bench in benchmark_configs(replace(config, eval_tasks=tasks), names, data_dir):
+        results[name] = evaluate(engine, *held_out(bench), k, tag=f"bench-{name}")
+        if log is not None:
+            log(f"{name}: avg@{k} {results[name]['avg_at_k']:.3f}")
+    return results
+
+
 def macro_average(results: dict[str, dict[str, Any]]) -> dict[str, float]:
     """Unweighted mean over benchmarks of every number they all report."""
     keys = [k for k in ("avg_at_k", "pass_at_k", "tokens_per_task", "tool_calls_per_task",

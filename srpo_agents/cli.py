@@ -82,10 +82,9 @@ def format_table(before: dict, after: dict | None = None) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from srpo_agents.envs import env_factory
-    from srpo_agents.evaluate import eval_pool, evaluate
+    from srpo_agents.evaluate import evaluate
     from srpo_agents.policy import load_policy
-    from srpo_agents.rollout import RolloutEngine
+    from srpo_agents.train import held_out, make_engine
 
     source = Path(args.checkpoint)
     role_dirs = sorted(source.glob("policy-*")) if source.is_dir() else []
@@ -102,31 +101,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
     policy = load_policy(location, device=config.device)
     role_policies = {d.name.removeprefix("policy-"): load_policy(str(d), device=config.device)
                      for d in role_dirs if not (source / "policy").is_dir()}
-    engine = RolloutEngine(policy, max_new_tokens=config.max_new_tokens,
-                           temperature=config.temperature, backend=config.backend,
-                           seed=config.seed, role_policies=role_policies)
-
-    def run(config_: TrainConfig) -> dict:
-        envs = eval_pool(env_factory(config_, "test"), 256, config_.seed + 1)
-        total = getattr(envs[0], "num_tasks", None)
-        indices = list(range(args.tasks if total is None else min(args.tasks, total)))
-        return evaluate(engine, envs, indices, args.k, tag="cli")
-
+    engine = make_engine(config, policy, role_policies)
     if args.benchmarks:
         from srpo_agents.benchmark_sets import (
-            benchmark_configs,
+            evaluate_benchmarks,
             format_benchmark_table,
             macro_average,
         )
 
-        results = {}
-        for name, bench_config in benchmark_configs(config, args.benchmarks, args.data_dir):
-            results[name] = run(bench_config)
-            print(f"{name}: avg@{args.k} {results[name]['avg_at_k']:.3f}", file=sys.stderr)
+        results = evaluate_benchmarks(engine, config, args.benchmarks, args.k, args.tasks,
+                                      args.data_dir or None,
+                                      log=lambda line: print(line, file=sys.stderr))
         print(format_benchmark_table(results))
         output = {"benchmarks": results, "macro_average": macro_average(results)}
     else:
-        output = run(config)
+        output = evaluate(engine, *held_out(config), args.k, tag="cli")
         print(format_table(output))
     if args.json:
         Path(args.json).write_text(json.dumps(output, indent=2))

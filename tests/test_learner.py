@@ -163,6 +163,30 @@ def test_resume_reproduces_the_next_steps_metrics(tiny_dir, tmp_path):
     assert (tmp_path / "a" / "learning_curve.png").stat().st_size > 1000
 
 
+
+def test_shared_start_evaluation_matches_and_pairs_step_zero(tiny_dir, tmp_path):
+    """``evaluate_start`` measures what ``train`` would have measured as "before"; runs
+    given that result skip the evaluation, so two algorithms with one seed sample the very
+    same step-0 rollouts (the harness's pairing)."""
+    from dataclasses import replace
+
+    from srpo_agents.train import evaluate_start
+
+    config = small_config(tiny_dir, tmp_path / "own", steps=1)
+    own = train(config, log=lambda *_: None)
+    shared = evaluate_start(replace(config, out=str(tmp_path / "start")), log=lambda *_: None)
+    assert shared == own["before"]
+    firsts = {}
+    for algo in ("srpo", "grpo"):
+        run = replace(config, algo=algo, steps=2, out=str(tmp_path / algo))
+        summary = train(run, log=lambda *_: None, before=shared)
+        assert summary["before"] == shared
+        lines = (tmp_path / algo / "metrics.jsonl").read_text().splitlines()
+        firsts[algo] = [json.loads(x) for x in lines]
+    for key in ("reward", "accuracy", "tokens_per_task", "response_length"):
+        assert firsts["srpo"][0][key] == firsts["grpo"][0][key]
+
+
 @pytest.mark.parametrize("env_args", [
     ["--env", "SRPO-Math-v0", "--workflow", "parallel", "--n-agents", "2"],
     ["--env", "SRPO-Search-v0", "--workflow", "single"],
