@@ -33,7 +33,6 @@ import argparse
 import json
 import math
 import multiprocessing
-import os
 import statistics
 import sys
 import time
@@ -45,6 +44,7 @@ from typing import Any
 from machine import describe
 
 from srpo_agents.benchmark_sets import default_data_dir
+from srpo_agents.checkpoint import write_json_atomic
 from srpo_agents.config import TrainConfig
 from srpo_agents.objective import ALGORITHMS
 
@@ -70,8 +70,10 @@ PRESETS: dict[str, dict[str, Any]] = {
               # A search episode costs the character-level policy 3-8x a math one (the
               # retrieved passages are in its prompts): one-hop questions, two searchers,
               # two rounds and a smaller budget keep the preset near an hour on 2 cores.
+              # 48 new tokens: "<search>" + a name + "</search>" is up to ~45 characters,
+              # and a query cut off before its closing tag is no query.
               "overrides": {"SRPO-Search-v0": dict(
-                  n_agents=2, max_turns=2, steps=3, eval_tasks=32,
+                  n_agents=2, max_turns=2, steps=3, eval_tasks=32, max_new_tokens=48,
                   extra_env_kwargs={"hops": [1]})}},
     # The GPU preset: the paper's setting on the real benchmark files (see
     # srpo_agents.benchmark_sets). Training data: the MATH train stand-in; for search,
@@ -158,13 +160,6 @@ def benchmark_results(config: TrainConfig, model: str, names: str, tasks: int) -
     return evaluate_benchmarks(engine, config, names, config.eval_k, tasks)
 
 
-def _write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=1))
-    os.replace(tmp, path)
-
-
 def before_job(config: TrainConfig, path: Path, benchmarks: str = "", tasks: int = 0) -> dict:
     """The starting policy's held-out result for one pair and seed (cached in ``path``),
     and with ``benchmarks`` its result on each benchmark file."""
@@ -174,7 +169,7 @@ def before_job(config: TrainConfig, path: Path, benchmarks: str = "", tasks: int
         result = evaluate_start(config, log=lambda *_: None)
         if benchmarks:
             result["benchmarks"] = benchmark_results(config, config.model, benchmarks, tasks)
-        _write_json(path, {"config": config.to_dict(), "before": result})
+        write_json_atomic(path, {"config": config.to_dict(), "before": result})
     return json.loads(path.read_text())["before"]
 
 
@@ -191,7 +186,7 @@ def run_job(config: TrainConfig, before: dict, benchmarks: str = "", tasks: int 
     if benchmarks and "benchmarks" not in summary["after"]:
         summary["after"]["benchmarks"] = benchmark_results(
             config, str(run_dir / "policy"), benchmarks, tasks)
-        _write_json(run_dir / "summary.json", summary)
+        write_json_atomic(run_dir / "summary.json", summary)
     return run_rows(config, summary, run_dir)
 
 
@@ -243,9 +238,8 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1) -> list[dict]:
                 starts[(env, workflow)] = str(folder / "warmstart")
             log(f"harness: {len(jobs)} warm starts")
             metas = _map(pool, warm_start_job, jobs)
-            (out / "warmstart" / "summary.json").write_text(json.dumps(
-                {_pair_name(*p): m for p, m in zip(preset["pairs"], metas, strict=True)},
-                indent=2))
+            write_json_atomic(out / "warmstart" / "summary.json", {
+                _pair_name(*p): m for p, m in zip(preset["pairs"], metas, strict=True)})
 
         def config_for(env: str, workflow: str, seed: int, algo: str) -> TrainConfig:
             settings = settings_for(env)

@@ -20,7 +20,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from srpo_agents.checkpoint import CHECKPOINT_NAME, SHARED, load_checkpoint, save_checkpoint
+from srpo_agents.checkpoint import (
+    CHECKPOINT_NAME,
+    SHARED,
+    load_checkpoint,
+    save_checkpoint,
+    write_json_atomic,
+)
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
 from srpo_agents.evaluate import eval_pool, evaluate
@@ -215,7 +221,7 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         f"pass@{config.eval_k} {after['pass_at_k']:.3f}")
     summary = {"config": config.to_dict(), "warm_start": warm, "before": before, "after": after,
                "wall_time_s": time.monotonic() - started}
-    summary_path.write_text(json.dumps(summary, indent=2))
+    write_json_atomic(summary_path, summary)
     try:
         plot_curve(metrics_path, run_dir / "learning_curve.png",
                    f"{config.env} {config.workflow} {config.algo}", before, after, config.steps)

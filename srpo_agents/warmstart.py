@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from srpo_agents.checkpoint import save_pretrained_atomic
+from srpo_agents.checkpoint import save_pretrained_atomic, write_json_atomic
 from srpo_agents.evaluate import evaluate
 from srpo_agents.policy import Policy, load_policy
 from srpo_agents.rollout import RolloutEngine
@@ -126,5 +126,5 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     meta = {"settings": settings, "steps": steps, "accuracy": accuracy,
             "examples": len(examples), "seconds": time.monotonic() - start}
     save_pretrained_atomic(policy.model, policy.tokenizer, out)
-    meta_path.write_text(json.dumps(meta, indent=2))
+    write_json_atomic(meta_path, meta)
     return load_policy(str(out)), meta
