@@ -203,18 +203,34 @@ class Algorithm:
     advantage: str     # a name in ADVANTAGE_ESTIMATORS
     loss: str          # a name in POLICY_LOSSES
     kappa: str = "inv_sqrt"
+    about: str = ""    # the formula and the paper it comes from
 
+_SRPO = "SRPO (arXiv 2609.08452)"
+_SET = "L_e = kappa(K_e) sum_j l_ej, rho_e = exp(L_e), clipped once per event, mean over events"
 
 ALGORITHMS: dict[str, Algorithm] = {
-    "srpo": Algorithm("set", "task", "set_clip", "inv_sqrt"),
-    "srpo_sum": Algorithm("set", "task", "set_clip", "one"),
-    "srpo_mean": Algorithm("set", "task", "set_clip", "inv"),
-    "srpo_singleton": Algorithm("output", "task", "set_clip", "inv_sqrt"),
+    "srpo": Algorithm("set", "task", "set_clip", "inv_sqrt",
+                      f"{_SRPO}: {_SET}, kappa(K) = 1/sqrt K; A_e normalized over the task's G rollouts"),
+    "srpo_sum": Algorithm("set", "task", "set_clip", "one",
+                          f"{_SRPO} ablation: {_SET}, kappa(K) = 1"),
+    "srpo_mean": Algorithm("set", "task", "set_clip", "inv",
+                           f"{_SRPO} ablation: {_SET}, kappa(K) = 1/K"),
+    "srpo_singleton": Algorithm("output", "task", "set_clip", "inv_sqrt",
+                                f"{_SRPO} ablation: every output its own action (K = 1), "
+                                "sequence log-ratio clipped once per output, mean over outputs"),
     # The per-output baselines of SRPO.md section 3: each output is its own action.
-    "grpo": Algorithm("output", "task", "token_clip"),
-    "dr_mas": Algorithm("output", "task_agent", "token_clip"),
-    "at_grpo": Algorithm("output", "task_turn_agent", "token_clip"),
-    "magrpo": Algorithm("output", "node_mean", "reinforce"),
+    "grpo": Algorithm("output", "task", "token_clip", about=(
+        "GRPO (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300): A = (R - mean_task) / "
+        "std_task per output, token ratio clipped per token, token-mean")),
+    "dr_mas": Algorithm("output", "task_agent", "token_clip", about=(
+        "Dr. MAS (Feng et al. 2026, arXiv 2602.08847): A = (R - mean_task,agent) / "
+        "std_task,agent, each agent normalized by its own reward statistics; GRPO's loss")),
+    "at_grpo": Algorithm("output", "task_turn_agent", "token_clip", about=(
+        "AT-GRPO (Zhao et al. 2025, PettingLLMs, arXiv 2510.11062): A = (R - "
+        "mean_task,turn,agent) / std_task,turn,agent; GRPO's loss")),
+    "magrpo": Algorithm("output", "node_mean", "reinforce", about=(
+        "MAGRPO (Liu et al. 2025, CoMLRL, arXiv 2508.04652): REINFORCE with A = R - mean of "
+        "the siblings sampled at the same node, no ratio, sequence-mean of token sums")),
 }
 
 

@@ -193,3 +193,10 @@ def test_reinforce_loss_by_hand():
     loss.backward()
     assert logp.grad[0].tolist() == pytest.approx([-1.0, -1.0, 0.0])   # -A/U on kept tokens
     assert logp.grad[1].tolist() == pytest.approx([0.5, 0.5, 0.5])
+
+
+def test_every_algorithm_states_its_formula_and_paper():
+    from srpo_agents.objective import ALGORITHMS
+
+    for name, algorithm in ALGORITHMS.items():
+        assert "arXiv" in algorithm.about and ("=" in algorithm.about), name
