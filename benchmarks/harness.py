@@ -150,13 +150,17 @@ def warm_start_job(config: TrainConfig) -> dict:
     return meta
 
 
-def benchmark_results(config: TrainConfig, model: str, names: str, tasks: int) -> dict:
-    """The policy at ``model`` (a folder or a model name) on each named benchmark file."""
-    from srpo_agents.benchmark_sets import evaluate_benchmarks
+def _engine(config: TrainConfig, model: str):
     from srpo_agents.policy import load_policy
     from srpo_agents.train import make_engine
 
-    engine = make_engine(config, load_policy(model, device=config.device))
+    return make_engine(config, load_policy(model, device=config.device))
+
+
+def benchmark_results(config: TrainConfig, engine, names: str, tasks: int) -> dict:
+    """The engine's policy on each named benchmark file."""
+    from srpo_agents.benchmark_sets import evaluate_benchmarks
+
     return evaluate_benchmarks(engine, config, names, config.eval_k, tasks)
 
 
@@ -166,9 +170,11 @@ def before_job(config: TrainConfig, path: Path, benchmarks: str = "", tasks: int
     from srpo_agents.train import evaluate_start
 
     if not _same_config(path, config):
-        result = evaluate_start(config, log=lambda *_: None)
+        # One model load serves the start evaluation and the benchmark files.
+        engine = _engine(config, config.model) if benchmarks else None
+        result = evaluate_start(config, log=lambda *_: None, engine=engine)
         if benchmarks:
-            result["benchmarks"] = benchmark_results(config, config.model, benchmarks, tasks)
+            result["benchmarks"] = benchmark_results(config, engine, benchmarks, tasks)
         write_json_atomic(path, {"config": config.to_dict(), "before": result})
     return json.loads(path.read_text())["before"]
 
@@ -185,7 +191,7 @@ def run_job(config: TrainConfig, before: dict, benchmarks: str = "", tasks: int 
     summary = json.loads((run_dir / "summary.json").read_text())
     if benchmarks and "benchmarks" not in summary["after"]:
         summary["after"]["benchmarks"] = benchmark_results(
-            config, str(run_dir / "policy"), benchmarks, tasks)
+            config, _engine(config, str(run_dir / "policy")), benchmarks, tasks)
         write_json_atomic(run_dir / "summary.json", summary)
     return run_rows(config, summary, run_dir)
 

@@ -9,43 +9,29 @@ The policy's weights and tokenizer are also saved with ``save_pretrained`` under
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from srpo_envs.retrieval.cache import atomic_write  # stdlib only: tmp, fsync, replace
+
 CHECKPOINT_NAME = "checkpoint.pt"
 SHARED = "shared"
 
 
-def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _atomic_torch_save(obj: Any, path: Path) -> None:
-    _atomic_write(path, lambda handle: torch.save(obj, handle))
+    atomic_write(path, lambda handle: torch.save(obj, handle))
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
     """A JSON file that is either the old one or the complete new one, never half."""
     data = json.dumps(payload, indent=2).encode("utf-8")
-    _atomic_write(Path(path), lambda handle: handle.write(data))
+    atomic_write(Path(path), lambda handle: handle.write(data))
 
 
 def save_pretrained_atomic(model, tokenizer, directory: Path) -> None:

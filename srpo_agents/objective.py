@@ -205,12 +205,14 @@ class Algorithm:
     kappa: str = "inv_sqrt"
     about: str = ""    # the formula and the paper it comes from
 
+
 _SRPO = "SRPO (arXiv 2609.08452)"
 _SET = "L_e = kappa(K_e) sum_j l_ej, rho_e = exp(L_e), clipped once per event, mean over events"
 
 ALGORITHMS: dict[str, Algorithm] = {
     "srpo": Algorithm("set", "task", "set_clip", "inv_sqrt",
-                      f"{_SRPO}: {_SET}, kappa(K) = 1/sqrt K; A_e normalized over the task's G rollouts"),
+                      f"{_SRPO}: {_SET}, kappa(K) = 1/sqrt K; A_e normalized over the "
+                      "task's G rollouts"),
     "srpo_sum": Algorithm("set", "task", "set_clip", "one",
                           f"{_SRPO} ablation: {_SET}, kappa(K) = 1"),
     "srpo_mean": Algorithm("set", "task", "set_clip", "inv",

@@ -128,13 +128,16 @@ def held_out(config: TrainConfig) -> tuple[list, list[int]]:
     return test_envs, _eval_indices(config, test_envs)
 
 
-def evaluate_start(config: TrainConfig, log=print) -> dict[str, Any]:
+def evaluate_start(config: TrainConfig, log=print, engine: RolloutEngine | None = None
+                   ) -> dict[str, Any]:
     """The "before" evaluation of ``train`` on its own, so that runs that share a start
-    (the harness: every algorithm of one env, workflow and seed) can share it too."""
-    policy, _ = prepare_policy(config, Path(config.out), log)
+    (the harness: every algorithm of one env, workflow and seed) can share it too.
+    ``engine``: one already built on the starting policy (so a caller that also uses it
+    for other evaluations loads the model once)."""
+    if engine is None:
+        engine = make_engine(config, prepare_policy(config, Path(config.out), log)[0])
     test_envs, eval_indices = held_out(config)
-    return evaluate(make_engine(config, policy), test_envs, eval_indices, config.eval_k,
-                    tag="before")
+    return evaluate(engine, test_envs, eval_indices, config.eval_k, tag="before")
 
 
 def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
