@@ -20,6 +20,9 @@ Deliberate choices:
   the agent in ``expected_agents`` but not in ``consumed`` and the learner drops the event
   whole. The sample is still kept (its tokens were generated and count as cost); its
   ``text`` is what the env would have received.
+- **Where the time goes.** ``RolloutEngine.seconds`` accumulates wall time spent in
+  generation (``"generation"``: prompt building, sampling, decoding) and in the envs
+  (``"env"``: reset and step); a trainer reads the difference per step.
 - **Policy version.** The learner bumps ``RolloutEngine.policy_version`` after each update;
   every sample records the version that produced it, and a backend holding its own copy of
   the weights (vLLM) is synced before the next generation.
@@ -27,6 +30,7 @@ Deliberate choices:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -135,6 +139,7 @@ class RolloutEngine:
         self._role_generators = {role: backend_for(p, i + 1) for i, (role, p)
                                  in enumerate(sorted(self.role_policies.items()))}
         self._synced_version = 0
+        self.seconds = {"generation": 0.0, "env": 0.0}
 
     def policy_for(self, role: str) -> Policy:
         return self.role_policies.get(role, self.policy)
@@ -180,10 +185,13 @@ class RolloutEngine:
         """
         if len(envs) != len(options):
             raise ValueError(f"got {len(envs)} envs but {len(options)} options")
+        tick = time.perf_counter()
         observations = [env.reset(options=dict(opt))[0]
                         for env, opt in zip(envs, options, strict=True)]
         samples: list[dict[tuple[int, str], Sample]] = [{} for _ in envs]
+        self.seconds["env"] += time.perf_counter() - tick
         while live := [i for i, env in enumerate(envs) if env.agents]:
+            tick = time.perf_counter()
             due = [(i, agent) for i in live for agent in envs[i].due_agents]
             roles = [envs[i].roles[agent] for i, agent in due]
             prompts = [self.policy_for(role).prompt_ids(role, observations[i][agent])
@@ -196,8 +204,11 @@ class RolloutEngine:
             for (i, agent), (_, _, finished), text in zip(due, outputs, texts, strict=True):
                 send = finished or not self.drop_unfinished
                 actions[i][agent] = text if send else None
+            middle = time.perf_counter()
+            self.seconds["generation"] += middle - tick
             for i in live:
                 observations[i] = envs[i].step(actions[i])[0]
+            self.seconds["env"] += time.perf_counter() - middle
             for (i, agent), prompt, (ids, logprobs, finished), text in zip(
                     due, prompts, outputs, texts, strict=True):
                 transition = envs[i].last_transition

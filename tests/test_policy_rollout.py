@@ -227,6 +227,38 @@ def test_finished_rows_leave_the_batch_without_disturbing_the_others(policy, mon
                                    rtol=0, atol=1e-5)
 
 
+def test_reserved_cache_samples_what_the_plain_cache_samples(policy, monkeypatch):
+    """The decode loop writes into buffers reserved for the whole generation instead of
+    concatenating; the samples and their log-probs are the plain cache's, to round-off."""
+    import srpo_agents.generation as generation
+
+    layer_type = generation.reserved_layer_type()
+    assert layer_type is not None          # this transformers has DynamicLayer
+    prompts = [policy.prompt_ids("solver", t) for t in PROMPTS + PROMPTS[:2]]
+    used = []
+    new_cache = generation.HFGenerator._new_cache
+    def spy(self, capacity):
+        cache = new_cache(self, capacity)
+        used.append(type(cache.layers[0]))
+        return cache
+
+    monkeypatch.setattr(generation.HFGenerator, "_new_cache", spy)
+    reserved = RolloutEngine(policy, max_new_tokens=16, seed=3).generate(prompts)
+    monkeypatch.setattr(generation, "_RESERVED_LAYER", [None])
+    plain = RolloutEngine(policy, max_new_tokens=16, seed=3).generate(prompts)
+    assert [ids for ids, _, _ in reserved] == [ids for ids, _, _ in plain]
+    for (_, a, _), (_, b, _) in zip(reserved, plain, strict=True):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=0, atol=1e-5)
+    assert used[0] is layer_type and used[-1] is not layer_type
+
+
+def test_engine_times_generation_and_env(policy):
+    envs = [math_v0.parallel_env(workflow="parallel", n_solvers=2, seed=i) for i in range(2)]
+    engine = RolloutEngine(policy, max_new_tokens=4, seed=0)
+    engine.run(envs, [{"task_index": i} for i in range(2)])
+    assert engine.seconds["generation"] > 0 and engine.seconds["env"] > 0
+
+
 # -- rollouts ---------------------------------------------------------------------------
 def test_run_records_every_consumed_member_and_batches_across_episodes(policy, tmp_path):
     envs = [math_v0.parallel_env(workflow="parallel", n_solvers=3, seed=i) for i in range(3)]
