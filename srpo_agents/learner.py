@@ -10,12 +10,18 @@ Deliberate choices:
   in micro-batches of whole units whose losses are weighted to sum to the mini-batch
   loss (units for set losses, tokens for token-mean losses), so memory is bounded
   without changing the objective;
-- the KL term is k3 = exp(ref - logp) - (ref - logp) - 1, token-mean, weight ``beta``.
+- the KL term is k3 = exp(ref - logp) - (ref - logp) - 1, token-mean, weight ``beta``;
+- diagnostics, all token means over response tokens: ``entropy`` is the policy's mean
+  token entropy on the sampled responses during the first epoch (before the first
+  optimizer step it is the behaviour policy's own), ``approx_kl`` the k3 estimate of
+  KL(behaviour || current), (r - 1) - log r with r = exp(logp - logp_old), averaged over
+  every micro-batch of the update (0 while on-policy; it grows with each step taken).
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import random
 from dataclasses import dataclass
 
@@ -57,6 +63,11 @@ class LearnerConfig:
                 raise ValueError(f"{name}={getattr(self, name)!r} is out of range")
 
 
+def _cache_kwarg(model) -> str:
+    """transformers 5.24 renamed the forward kwarg ``past_key_values`` to ``cache``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def _pad(rows: list[list], value, dtype) -> torch.Tensor:
     width = max(len(r) for r in rows)
     return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=dtype)
@@ -84,36 +95,96 @@ class Learner:
     def device(self) -> torch.device:
         return next(self.policy.model.parameters()).device
 
-    def response_logprobs(self, model, samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
+    def response_logprobs(self, model, samples: list[Sample], with_entropy: bool = False
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Log-probs of each sample's response ids given its prompt.
 
-        Returns (logp [R, T], mask [R, T]) with T the longest response; right padding."""
-        seqs = [s.prompt_ids + s.response_ids for s in samples]
-        input_ids = _pad(seqs, self.policy.pad_token_id, torch.long).to(self.device)
-        attention = _pad([[1] * len(s) for s in seqs], 0, torch.long).to(self.device)
-        logits = model(input_ids=input_ids, attention_mask=attention).logits.float()
-        width = max(len(s.response_ids) for s in samples)
-        # position p predicts token p + 1: the response starts at len(prompt)
-        starts = torch.tensor([len(s.prompt_ids) - 1 for s in samples], device=self.device)
-        offsets = torch.arange(width, device=self.device)
-        positions = (starts.unsqueeze(1) + offsets).clamp(max=input_ids.shape[1] - 1)
-        picked = logits.gather(1, positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
-        logp_all = torch.log_softmax(picked / self.config.temperature, dim=-1)
+        Returns (logp [R, T], mask [R, T], entropy [R, T] or None) with T the longest
+        response; right padding. ``entropy`` (no gradient) is the tempered softmax's
+        entropy at each response position.
+
+        Rows that share a prompt (the K members of a set, the G rollouts of a task) run
+        it once: the distinct prompts go through the model first, their KV cache is
+        copied out to every row that shares it (an index, so gradients from every row
+        flow back into the one prompt pass), and the responses then run on top of it.
+        The result is the same computation as running each row's prompt + response,
+        at a fraction of the cost when prompts repeat."""
+        distinct: dict[tuple[int, ...], int] = {}
+        source = [distinct.setdefault(tuple(s.prompt_ids), len(distinct)) for s in samples]
+        if len(distinct) == len(samples):
+            logits = self._full_logits(model, samples)
+        else:
+            logits = self._shared_prompt_logits(model, list(distinct), source, samples)
+        logp_all = torch.log_softmax(logits.float() / self.config.temperature, dim=-1)
         targets = _pad([s.response_ids for s in samples], self.policy.pad_token_id,
                        torch.long).to(self.device)
         mask = _pad([[1.0] * len(s.response_ids) for s in samples], 0.0,
                     torch.float32).to(self.device)
         logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * mask
-        return logp, mask
+        entropy = None
+        if with_entropy:
+            with torch.no_grad():
+                entropy = -(logp_all.exp() * logp_all).sum(dim=-1) * mask
+        return logp, mask, entropy
+
+    def _full_logits(self, model, samples: list[Sample]) -> torch.Tensor:
+        """[R, T, V] logits predicting each response token, one pass per row."""
+        seqs = [s.prompt_ids + s.response_ids for s in samples]
+        input_ids = _pad(seqs, self.policy.pad_token_id, torch.long).to(self.device)
+        attention = _pad([[1] * len(s) for s in seqs], 0, torch.long).to(self.device)
+        logits = model(input_ids=input_ids, attention_mask=attention).logits
+        width = max(len(s.response_ids) for s in samples)
+        # position p predicts token p + 1: the response starts at len(prompt)
+        starts = torch.tensor([len(s.prompt_ids) - 1 for s in samples], device=self.device)
+        offsets = torch.arange(width, device=self.device)
+        positions = (starts.unsqueeze(1) + offsets).clamp(max=input_ids.shape[1] - 1)
+        return logits.gather(1, positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+
+    def _shared_prompt_logits(self, model, prompts: list[tuple[int, ...]], source: list[int],
+                              samples: list[Sample]) -> torch.Tensor:
+        """[R, T, V] logits predicting each response token, each distinct prompt run once.
+
+        Prompts are left padded (as in generation, with positions that count real tokens
+        only), so every prompt ends in the last column and the responses continue it."""
+        from transformers import DynamicCache
+
+        width = max(len(p) for p in prompts)
+        pad = self.policy.pad_token_id
+        prompt_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts],
+                                  device=self.device)
+        prompt_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
+                                   device=self.device)
+        positions = (prompt_mask.cumsum(dim=-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=model.config)
+        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
+                    use_cache=True, logits_to_keep=1, **{_cache_kwarg(model): cache})
+        rows = torch.tensor(source, device=self.device)
+        cache.batch_select_indices(rows)
+        first = out.logits[:, -1][rows]                                       # [R, V]
+        responses = [s.response_ids for s in samples]
+        response_ids = _pad(responses, pad, torch.long).to(self.device)       # [R, T]
+        response_mask = _pad([[1] * len(r) for r in responses], 0, torch.long).to(self.device)
+        attention = torch.cat([prompt_mask[rows], response_mask], dim=1)
+        start = torch.tensor([len(prompts[i]) for i in source], device=self.device)
+        response_positions = start.unsqueeze(1) + torch.arange(response_ids.shape[1],
+                                                               device=self.device)
+        rest = model(input_ids=response_ids[:, :-1], attention_mask=attention[:, :-1],
+                     position_ids=response_positions[:, :-1], use_cache=True,
+                     **{_cache_kwarg(model): cache}).logits if response_ids.shape[1] > 1 else None
+        return first.unsqueeze(1) if rest is None else torch.cat([first.unsqueeze(1), rest], 1)
 
     def _microbatches(self, batch: list[ActionUnit]) -> list[list[ActionUnit]]:
         """Whole units, at most ``microbatch_rows`` rows each (a larger unit goes alone),
         grouped by length so that rows of similar length share their padding."""
-        def length(unit: ActionUnit) -> int:
-            return max(len(m.prompt_ids) + len(m.response_ids) for m in unit.members)
+        def order(unit: ActionUnit) -> tuple:
+            # Units with one prompt sit next to each other, so the rows that share it
+            # share one micro-batch and the prompt runs once (``response_logprobs``).
+            first = unit.members[0].prompt_ids
+            return (len(first), first,
+                    max(len(m.prompt_ids) + len(m.response_ids) for m in unit.members))
 
         groups, current, rows = [], [], 0
-        for unit in sorted(batch, key=length):
+        for unit in sorted(batch, key=order):
             if current and rows + unit.size > self.config.microbatch_rows:
                 groups.append(current)
                 current, rows = [], 0
@@ -121,9 +192,9 @@ class Learner:
             rows += unit.size
         return groups + ([current] if current else [])
 
-    def _loss(self, units: list[ActionUnit], advantages: torch.Tensor):
+    def _loss(self, units: list[ActionUnit], advantages: torch.Tensor, with_entropy: bool):
         samples = [m for u in units for m in u.members]
-        logp, mask = self.response_logprobs(self.policy.model, samples)
+        logp, mask, entropy = self.response_logprobs(self.policy.model, samples, with_entropy)
         logp_old = _pad([s.logprobs for s in samples], 0.0, torch.float32).to(self.device)
         unit_index = torch.tensor([i for i, u in enumerate(units) for _ in u.members],
                                   device=self.device)
@@ -133,10 +204,15 @@ class Learner:
                                                    device=self.device),
                             advantages=advantages.to(self.device))
         loss, metrics = self.loss_fn(inputs, self.loss_config)
-        metrics["max_abs_log_ratio"] = float(((logp.detach() - logp_old) * mask).abs().max())
+        tokens = mask.sum().clamp(min=1)
+        log_ratio = (logp.detach() - logp_old) * mask
+        metrics["max_abs_log_ratio"] = float(log_ratio.abs().max())
+        metrics["approx_kl"] = float(((log_ratio.exp() - 1 - log_ratio) * mask).sum() / tokens)
+        if entropy is not None:
+            metrics["entropy"] = float(entropy.sum() / tokens)
         if self.reference is not None:
             with torch.no_grad():
-                ref, _ = self.response_logprobs(self.reference, samples)
+                ref, _, _ = self.response_logprobs(self.reference, samples)
             delta = (ref - logp) * mask
             kl = ((torch.exp(delta) - delta - 1) * mask).sum() / mask.sum().clamp(min=1)
             loss = loss + self.config.beta * kl
@@ -152,14 +228,18 @@ class Learner:
         model.train()
         size = self.config.minibatch_units or len(units)
         grad_norms, sums, count, first_dev = [], {}, 0, None
-        for _ in range(self.config.epochs):
+        entropy_sum = entropy_count = 0.0
+        for epoch in range(self.config.epochs):
             for batch in event_atomic_batches(units, size, self.rng):
                 self.optimizer.zero_grad(set_to_none=True)
                 total_units = len(batch)
                 total_tokens = sum(len(m.response_ids) for u in batch for m in u.members)
                 for micro in self._microbatches(batch):
                     adv = torch.tensor([adv_by_unit[id(u)] for u in micro])
-                    loss, metrics, tokens = self._loss(micro, adv)
+                    loss, metrics, tokens = self._loss(micro, adv, with_entropy=epoch == 0)
+                    if "entropy" in metrics:
+                        entropy_sum += metrics.pop("entropy") * tokens
+                        entropy_count += tokens
                     weight = (len(micro) / total_units if self.normalizer == "units"
                               else tokens / max(total_tokens, 1))
                     (loss * weight).backward()
@@ -179,5 +259,6 @@ class Learner:
         norms = np.array(grad_norms)
         out.update(updates=len(grad_norms), grad_norm=float(norms.mean()),
                    grad_norm_cv=float(norms.std() / norms.mean()) if norms.mean() > 0 else 0.0,
-                   first_epoch_max_abs_log_ratio=float(first_dev))
+                   first_epoch_max_abs_log_ratio=float(first_dev),
+                   entropy=entropy_sum / max(entropy_count, 1.0))
         return out
