@@ -43,6 +43,9 @@ class TrainConfig:
     microbatch_rows: int = 32
     eps_low: float = 0.2
     eps_high: float = 0.2
+    dynamic_sampling: bool = False
+    """DAPO's dynamic-sampling filter: leave the units of tasks whose G episodes all got
+    the same return (advantage 0) out of the update instead of averaging them in."""
     beta: float = 0.0
     """Weight of the k3 KL to the initial policy (0 disables; no reference is kept)."""
     max_grad_norm: float = 1.0
@@ -66,6 +69,13 @@ class TrainConfig:
     """Also evaluate every N steps (0: only before and after)."""
     warmstart_minutes: float = 3.0
     """Tiny model only: time budget of the supervised warm start."""
+    warmstart_steps: int = 0
+    """Tiny model only: supervised steps of the warm start (0: until its time budget or
+    target); with a step count the warm start does not depend on the machine's speed."""
+    warmstart_skill: float = 0.75
+    """Tiny model only: accuracy of the scripted team whose trajectories the warm start
+    imitates. Solvers imitate only right solutions; the aggregator imitates the
+    majority of all three, so a lower skill teaches it to follow the solvers."""
     warmstart_dir: str = ""
     """Tiny model only: folder that caches the warm start (default: the run directory),
     so that runs of several algorithms can share one."""
@@ -99,7 +109,10 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r}: expected an int >= 1")
-        for name in ("steps", "eval_every", "save_every", "minibatch_units"):
+        if not 0.0 <= self.warmstart_skill <= 1.0:
+            raise ValueError(f"warmstart_skill={self.warmstart_skill!r}: expected a "
+                             f"probability in [0, 1]")
+        for name in ("steps", "eval_every", "save_every", "minibatch_units", "warmstart_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}={value!r}: expected an int >= 0")

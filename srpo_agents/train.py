@@ -4,7 +4,17 @@ learning-curve PNG and atomic checkpoints that ``--resume`` continues exactly.
 
 Each step draws ``tasks_per_step`` training tasks, runs ``group_size`` episodes of each
 (all agents of all episodes batched by the rollout engine), forms units with the
-algorithm's rule, computes group-relative advantages and updates the shared policy.
+algorithm's rule, computes group-relative advantages and updates the shared policy
+(``train_step``; the learning tests drive it on their own envs).
+
+Every step's row in ``metrics.jsonl`` (and the progress bar) carries the diagnostics that
+tell whether learning can happen: optimizer updates so far (``updates_total``), the
+fraction of tasks whose episodes got mixed returns (``mixed_group_fraction``: only those
+carry a non-zero advantage), the mean token entropy of the sampled responses
+(``entropy``), the approximate KL to the behaviour policy (``approx_kl``) and the clip
+fraction, plus the seconds spent in generation, env steps and the update.
+``summary.json`` adds the paired after-minus-before difference (``difference``) and the
+run's time by phase (``time_breakdown``).
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from srpo_agents.checkpoint import (
 )
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
-from srpo_agents.evaluate import eval_pool, evaluate
+from srpo_agents.evaluate import eval_pool, evaluate, paired_difference
 from srpo_agents.events import build_units
 from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
@@ -45,6 +55,7 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
     return warm_start(Path(config.warmstart_dir or run_dir), env_factory(config, "train"),
                       env_factory(config, "test"),
                       minutes=config.warmstart_minutes, target=config.warmstart_target,
+                      steps=config.warmstart_steps, skill=config.warmstart_skill,
                       seed=config.seed, max_new_tokens=config.max_new_tokens, log=log)
 
 
@@ -58,6 +69,15 @@ def _eval_indices(config: TrainConfig, envs: list) -> list[int]:
     return list(range(n))
 
 
+def mixed_group_fraction(rollouts) -> float:
+    """The fraction of tasks whose G episodes did not all get the same return: only
+    those groups carry a non-zero group-relative advantage."""
+    returns: dict[str, set[float]] = {}
+    for r in rollouts:
+        returns.setdefault(r.task_id, set()).add(r.reward)
+    return float(np.mean([len(v) > 1 for v in returns.values()])) if returns else 0.0
+
+
 def _step_metrics(rollouts, stats, update: dict, step: int, seconds: float) -> dict[str, Any]:
     tokens = [r.generated_tokens for r in rollouts]
     correct = [bool(r.correct) if r.correct is not None else r.reward > 0 for r in rollouts]
@@ -66,8 +86,37 @@ def _step_metrics(rollouts, stats, update: dict, step: int, seconds: float) -> d
             "accuracy": float(np.mean(correct)), "tokens_per_task": float(np.mean(tokens)),
             "tool_calls_per_task": float(np.mean([r.tool_calls for r in rollouts])),
             "response_length": float(np.mean(lengths)) if lengths else 0.0,
+            "mixed_group_fraction": mixed_group_fraction(rollouts),
             "events": stats.events, "events_dropped": stats.events_dropped,
             "mean_set_size": stats.mean_set_size, "seconds": seconds, **update}
+
+
+def train_step(engine: RolloutEngine, envs: list, options: list[dict], algorithm,
+               estimator, learners: dict[str, Learner], dynamic_sampling: bool = False
+               ) -> tuple[list, Any, dict[str, Any]]:
+    """One RL step: play ``options[i]`` on ``envs[i]``, form the algorithm's units from
+    the Transitions, compute advantages and update. Returns (rollouts, unit stats, the
+    update's metrics with this step's seconds in generation, env and update).
+
+    ``dynamic_sampling`` (DAPO's filter): units of tasks whose episodes all got the same
+    return are left out of the update. Their advantage is 0 either way; leaving them out
+    stops them from diluting the mean over units, so the batch shrinks instead."""
+    spent = dict(engine.seconds)
+    rollouts = engine.run(envs, options)
+    units, stats = build_units(rollouts, algorithm.unit)
+    advantages = estimator([u.info for u in units])
+    if dynamic_sampling:
+        returns: dict[str, set[float]] = {}
+        for r in rollouts:
+            returns.setdefault(r.task_id, set()).add(r.reward)
+        keep = [i for i, u in enumerate(units) if len(returns[u.info.task_id]) > 1]
+        units, advantages = [units[i] for i in keep], advantages[keep]
+    tick = time.monotonic()
+    update = update_policies(learners, units, advantages)
+    engine.policy_version += 1
+    update.update({f"{k}_seconds": engine.seconds[k] - spent[k] for k in engine.seconds},
+                  update_seconds=time.monotonic() - tick, units=len(units))
+    return rollouts, stats, update
 
 
 def plot_curve(metrics_path: Path, png: Path, title: str, before: dict, after: dict,
@@ -96,6 +145,23 @@ def plot_curve(metrics_path: Path, png: Path, title: str, before: dict, after: d
     fig.tight_layout()
     fig.savefig(png, dpi=120)
     plt.close(fig)
+
+
+def time_breakdown(metrics_path: Path, warm: dict, before: dict, after: dict,
+                   wall: float) -> dict[str, float]:
+    """Seconds of the run by phase: the warm start (0 when it was cached), generation and
+    env stepping of the training rollouts, updates, held-out evaluations (a "before"
+    shared with other runs and measured elsewhere counts 0 here) and the rest."""
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+    out = {"warm_start": float(warm.get("seconds", 0.0)) if not warm.get("cached") else 0.0,
+           "generation": sum(r.get("generation_seconds", 0.0) for r in rows),
+           "env": sum(r.get("env_seconds", 0.0) for r in rows),
+           "update": sum(r.get("update_seconds", 0.0) for r in rows),
+           "evaluation": (before.get("seconds", 0.0) + after.get("seconds", 0.0)
+                          + sum(r.get("eval_seconds", 0.0) for r in rows))}
+    out["other"] = max(0.0, wall - sum(out.values()))
+    out["total"] = wall
+    return {k: round(v, 2) for k, v in out.items()}
 
 
 def update_policies(learners: dict[str, Learner], units, advantages: np.ndarray) -> dict:
@@ -188,10 +254,20 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         log(f"resumed from {run_dir / CHECKPOINT_NAME} at step {start_step}")
     elif metrics_path.exists():
         metrics_path.unlink()
+    def timed_eval(tag: str) -> dict[str, Any]:
+        tick = time.monotonic()
+        result = evaluate(engine, test_envs, eval_indices, config.eval_k, tag=tag)
+        result["seconds"] = time.monotonic() - tick
+        return result
+
     if before is None:
-        before = evaluate(engine, test_envs, eval_indices, config.eval_k, tag="before")
+        before = timed_eval("before")
         log(f"before: avg@{config.eval_k} {before['avg_at_k']:.3f} "
             f"(+-{before['avg_at_k_stderr']:.3f}), pass@{config.eval_k} {before['pass_at_k']:.3f}")
+    updates_total = 0
+    if start_step:
+        rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+        updates_total = rows[-1].get("updates_total", 0) if rows else 0
     n_train = _task_count(train_envs)
     bar = tqdm(range(start_step, config.steps), initial=start_step, total=config.steps,
                desc="srpo train", disable=None)
@@ -200,18 +276,21 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         tasks = [task_rng.randrange(n_train or 2**31) for _ in range(config.tasks_per_step)]
         options = [{"task_index": t, "episode_id": f"s{step}-t{i}-g{g}"}
                    for i, t in enumerate(tasks) for g in range(config.group_size)]
-        rollouts = engine.run(train_envs, options)
-        units, stats = build_units(rollouts, algorithm.unit)
-        advantages = estimator([u.info for u in units])
-        update = update_policies(learners, units, advantages)
-        engine.policy_version += 1
+        rollouts, stats, update = train_step(engine, train_envs, options, algorithm, estimator,
+                                             learners, config.dynamic_sampling)
+        updates_total += update.get("updates", 0)
         row = _step_metrics(rollouts, stats, update, step, time.monotonic() - tick)
+        row["updates_total"] = updates_total
         if config.eval_every and (step + 1) % config.eval_every == 0 and step + 1 < config.steps:
-            mid = evaluate(engine, test_envs, eval_indices, config.eval_k, tag=f"s{step}")
-            row.update(eval_avg_at_k=mid["avg_at_k"], eval_avg_at_k_stderr=mid["avg_at_k_stderr"])
+            mid = timed_eval(f"s{step}")
+            row.update(eval_avg_at_k=mid["avg_at_k"], eval_avg_at_k_stderr=mid["avg_at_k_stderr"],
+                       eval_pass_at_k=mid["pass_at_k"], eval_seconds=mid["seconds"])
         with metrics_path.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
-        bar.set_postfix(reward=f"{row['reward']:.2f}", acc=f"{row['accuracy']:.2f}",
+        bar.set_postfix(acc=f"{row['accuracy']:.2f}", upd=updates_total,
+                        mixed=f"{row['mixed_group_fraction']:.2f}",
+                        ent=f"{row.get('entropy', 0.0):.2f}", kl=f"{row.get('approx_kl', 0.0):.3f}",
+                        clip=f"{row.get('clip_fraction', 0.0):.2f}",
                         tok=f"{row['tokens_per_task']:.0f}", calls=f"{row['tool_calls_per_task']:.1f}")
         # The last step is saved before the final evaluation, so a longer run resumed from
         # it draws exactly the random numbers an uninterrupted run would.
@@ -219,11 +298,19 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
             save_checkpoint(run_dir, policies=policies, optimizers=optimizers, step=step + 1,
                             config=config.to_dict(), generators=generators,
                             extra={"before": before})
-    after = evaluate(engine, test_envs, eval_indices, config.eval_k, tag="after")
+    after = timed_eval("after")
     log(f"after: avg@{config.eval_k} {after['avg_at_k']:.3f} (+-{after['avg_at_k_stderr']:.3f}), "
         f"pass@{config.eval_k} {after['pass_at_k']:.3f}")
+    difference = paired_difference(before, after)
+    log(f"after - before (paired over {difference['tasks']} tasks): avg@{config.eval_k} "
+        f"{difference['avg_at_k']:+.3f} +- {difference['avg_at_k_stderr']:.3f} "
+        f"({difference['avg_at_k_z']:+.1f} SE), pass@{config.eval_k} "
+        f"{difference['pass_at_k']:+.3f} +- {difference['pass_at_k_stderr']:.3f}")
+    wall = time.monotonic() - started
     summary = {"config": config.to_dict(), "warm_start": warm, "before": before, "after": after,
-               "wall_time_s": time.monotonic() - started}
+               "difference": difference,
+               "time_breakdown": time_breakdown(metrics_path, warm, before, after, wall),
+               "wall_time_s": wall}
     write_json_atomic(summary_path, summary)
     try:
         plot_curve(metrics_path, run_dir / "learning_curve.png",

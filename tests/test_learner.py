@@ -150,7 +150,8 @@ def test_resume_reproduces_the_next_steps_metrics(tiny_dir, tmp_path):
 
     def rows(run):
         lines = (tmp_path / run / "metrics.jsonl").read_text().splitlines()
-        return [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in lines]
+        return [{k: v for k, v in json.loads(x).items() if not k.endswith("seconds")}
+                for x in lines]
 
     assert [r["step"] for r in rows("b")] == [0, 1, 2]
     assert rows("a") == rows("b")
@@ -161,6 +162,79 @@ def test_resume_reproduces_the_next_steps_metrics(tiny_dir, tmp_path):
                                      "tool_calls_per_task"}
         assert 0 <= summary[key]["avg_at_k"] <= summary[key]["pass_at_k"] <= 1
     assert (tmp_path / "a" / "learning_curve.png").stat().st_size > 1000
+    # the diagnostics of every step, and updates counted across the resume
+    assert [r["updates_total"] for r in rows("b")] == [1, 2, 3]
+    for row in rows("b"):
+        assert 0.0 <= row["mixed_group_fraction"] <= 1.0 and row["entropy"] > 0
+        assert row["approx_kl"] >= 0.0 and 0.0 <= row["clip_fraction"] <= 1.0
+    times = summary["time_breakdown"]
+    assert set(times) == {"warm_start", "generation", "env", "update", "evaluation", "other",
+                          "total"}
+    assert times["generation"] > 0 and times["update"] > 0 and times["evaluation"] > 0
+    assert sum(v for k, v in times.items() if k != "total") == pytest.approx(
+        times["total"], abs=0.1)
+    assert summary["difference"]["tasks"] == 3
+    assert summary["difference"]["avg_at_k"] == pytest.approx(
+        summary["after"]["avg_at_k"] - summary["before"]["avg_at_k"])
+
+
+def test_shared_prompt_pass_equals_one_pass_per_row(tiny_dir):
+    """Rows that share a prompt run it once; log-probs and gradients match running every
+    row's prompt + response on its own."""
+    policy = fresh_policy(tiny_dir)
+    units, _ = build_units(rollouts_for(policy, n_tasks=2, group=3), "set")
+    samples = [m for u in units for m in u.members]
+    assert len({tuple(s.prompt_ids) for s in samples}) < len(samples)
+    learner = Learner(policy, ALGORITHMS["srpo"], LearnerConfig())
+    logp, mask, _ = learner.response_logprobs(policy.model, samples)
+    logp.sum().backward()
+    shared_grads = [p.grad.clone() for p in policy.model.parameters()]
+    policy.model.zero_grad()
+    width = logp.shape[1]
+    targets = torch.tensor([s.response_ids + [0] * (width - len(s.response_ids))
+                            for s in samples])
+    full = torch.log_softmax(learner._full_logits(policy.model, samples).float(), -1)
+    own = full.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * mask
+    own.sum().backward()
+    torch.testing.assert_close(logp, own, rtol=0, atol=1e-5)
+    for shared, alone in zip(shared_grads, policy.model.parameters(), strict=True):
+        torch.testing.assert_close(shared, alone.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_dynamic_sampling_leaves_out_groups_with_one_return(tiny_dir):
+    from srpo_agents.train import mixed_group_fraction, train_step
+
+    policy = fresh_policy(tiny_dir)
+    make = env_factory(TrainConfig(model="x", **CONFIG), "train")
+    envs = [make(i) for i in range(8)]
+    engine = RolloutEngine(policy, max_new_tokens=12, seed=0)
+    options = [{"task_index": t, "episode_id": f"t{t}-g{g}"} for t in range(4) for g in range(2)]
+    algorithm = ALGORITHMS["srpo"]
+    seen = {}
+
+    def estimator(units, eps=1e-6):
+        # task 0's episodes get different returns, the others one return each
+        seen["tasks"] = [u.task_id for u in units]
+        return np.array([1.0 if u.task_id == units[0].task_id else 0.0 for u in units])
+
+    learner = Learner(policy, algorithm, LearnerConfig())
+    original = RolloutEngine.run
+
+    def run(self, envs, options):
+        rollouts = original(self, envs, options)
+        for r in rollouts:  # returns: task 0 mixed (1, 0), every other task all 0
+            object.__setattr__(r.transitions[-1], "reward", float(
+                r.task_id == rollouts[0].task_id and r.episode_id.endswith("g0")))
+        return rollouts
+
+    engine.run = run.__get__(engine)
+    rollouts, stats, update = train_step(engine, envs, options, algorithm, estimator,
+                                         {"shared": learner}, dynamic_sampling=True)
+    assert mixed_group_fraction(rollouts) == 0.25
+    assert update["units"] == 2 * 2            # task 0's two episodes: a set and an aggregate
+    assert len(seen["tasks"]) == 4 * 2 * 2     # every unit got an advantage first
+    _, _, update = train_step(engine, envs, options, algorithm, estimator, {"shared": learner})
+    assert update["units"] == 4 * 2 * 2
 
 
 
@@ -211,6 +285,21 @@ def test_cli_smoke_two_steps(tiny_dir, tmp_path, env_args):
         env={**__import__("os").environ, "SRPO_CACHE_DIR": str(tmp_path)})
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert "pass@2" in evaluated.stdout
+
+
+def test_paired_difference_by_hand():
+    from srpo_agents.evaluate import paired_difference
+
+    before = {"per_task_avg": [0.0, 0.5, 0.25], "per_task_pass": [0.0, 1.0, 1.0]}
+    after = {"per_task_avg": [0.5, 0.5, 0.75], "per_task_pass": [1.0, 1.0, 1.0]}
+    d = paired_difference(before, after)
+    # differences 0.5, 0, 0.5: mean 1/3, sample std sqrt(1/12), se sqrt(1/12)/sqrt(3) = 1/6
+    assert d["avg_at_k"] == pytest.approx(1 / 3)
+    assert d["avg_at_k_stderr"] == pytest.approx(1 / 6)
+    assert d["avg_at_k_z"] == pytest.approx(2.0)
+    assert d["pass_at_k"] == pytest.approx(1 / 3) and d["tasks"] == 3
+    with pytest.raises(ValueError, match="same tasks"):
+        paired_difference(before, {"per_task_avg": [0.0], "per_task_pass": [0.0]})
 
 
 def test_bad_config_names_the_field():
@@ -279,6 +368,6 @@ def test_per_role_policies_train_separately_and_resume(tiny_dir, tmp_path, monke
     train(config(tmp_path / "b", 1), log=lambda *_: None)
     train(config(tmp_path / "b", 2, resume=True), log=lambda *_: None)
     rows = [(tmp_path / r / "metrics.jsonl").read_text().splitlines()[1] for r in ("a", "b")]
-    a, b = (json.loads(x) for x in rows)
-    a.pop("seconds"), b.pop("seconds")
+    a, b = ({k: v for k, v in json.loads(x).items() if not k.endswith("seconds")}
+            for x in rows)
     assert a == b
