@@ -17,7 +17,9 @@ TINY_MATH_PROMPTS = {
     "solver": "{question}\n",
     "solver_retry": "{question}\nWas: {previous}\nCheck: {feedback}\n",
     "verifier": "{question}\n{solution}\nVerdict: ",
-    "aggregator": "{question}\n{solutions}\nFinal: ",
+    # No question: the tiny aggregator chooses among the solutions (and is shorter to
+    # read), so the team's answer comes from its solvers and their credit is real.
+    "aggregator": "{solutions}\nFinal: ",
 }
 TINY_SEARCH_PROMPTS = {
     "agent": "Q: {question}\n{history}",

@@ -2,7 +2,8 @@
 
 ``ScriptedMathTeam`` plays every role of SRPO-Math-v0 with a fixed skill: each solver
 answers correctly with probability ``skill`` (with the task's reference solution when it
-has one; otherwise the answer is off by a small amount), the
+has one; otherwise the answer is off by a small amount, written in the reference's
+shape when there is one), the
 verifier judges the candidate correctly with probability ``skill`` and the aggregator
 takes the majority answer. It reads the gold answer from the env, so it is an oracle
 with noise, useful only to exercise the environments.
@@ -38,9 +39,14 @@ class ScriptedMathTeam:
         """The task's reference solution when right (a reference trajectory a warm start
         can imitate), the same text with a wrong final answer otherwise."""
         right = self.rng.random() < self.skill
-        answer = task.answer if right else _wrong(task.answer, self.rng)
-        if task.solution and right:
+        if right and task.solution:
             return task.solution
+        answer = task.answer if right else _wrong(task.answer, self.rng)
+        if task.solution and "= " in task.solution:
+            # The reference's own shape with a wrong last result: a reader (the
+            # aggregator, the verifier) cannot tell right from wrong by the format.
+            head = task.solution[:task.solution.rfind("= ")]
+            return f"{head}= {answer}. \\boxed{{{answer}}}"
         return f"Working it out step by step. The answer is \\boxed{{{answer}}}."
 
     def act(self, env: MathEnv, observations: dict[str, str]) -> dict[str, str]:

@@ -249,6 +249,29 @@ def test_prompt_templates_are_overridable():
     assert observations["solver_0"] == "Q: 1 + {feedback}? A (box it as \\boxed{}):"
 
 
+def test_aggregator_template_may_leave_out_the_question():
+    env = math_v0.parallel_env(workflow="parallel", n_solvers=2,
+                               prompts={"aggregator": "{solutions}\nFinal: "})
+    env.reset(options={"task": MathTask("t", "What is 1 + 1?", "2")})
+    observations, *_ = env.step({"solver_0": "\\boxed{2}", "solver_1": "\\boxed{3}"})
+    assert "What is" not in observations["aggregator_0"]
+    assert observations["aggregator_0"].endswith("\\boxed{3}\nFinal: ")
+    with pytest.raises(ValueError, match="solutions"):
+        math_v0.parallel_env(workflow="parallel", prompts={"aggregator": "{question}"})
+
+
+def test_scripted_wrong_solutions_keep_the_reference_shape():
+    from srpo_envs.math_tasks import generate_task
+
+    team = ScriptedMathTeam(skill=0.0, seed=0)
+    task = generate_task(3, levels=(0,))
+    wrong = team._solve(task)
+    head = task.solution[:task.solution.rfind("= ")]
+    assert wrong.startswith(head + "= ") and wrong != task.solution
+    assert wrong.endswith("}") and "\\boxed{" in wrong
+    assert ScriptedMathTeam(skill=1.0)._solve(task) == task.solution
+
+
 def test_jsonl_errors_name_line_and_field(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"question": "ok?", "answer": "1"}) + "\n"

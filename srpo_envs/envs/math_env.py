@@ -47,8 +47,8 @@ Terminates after the final event: 1 event for single, 2 for parallel, 2 to
 
 ## Arguments
 See ``MathEnvConfig``. ``prompts`` overrides role templates by role name (``solver``,
-``solver_retry``, ``verifier``, ``aggregator``); see ``DEFAULT_PROMPTS`` for the
-placeholders each must contain.
+``solver_retry``, ``verifier``, ``aggregator``); see ``REQUIRED_PLACEHOLDERS`` for the
+placeholders each must contain (an aggregator template may leave out ``{question}``).
 
 ## Version history
 - v0: initial release.
@@ -97,7 +97,9 @@ REQUIRED_PLACEHOLDERS = {
     "solver": {"question"},
     "solver_retry": {"question", "previous", "feedback"},
     "verifier": {"question", "solution"},
-    "aggregator": {"question", "solutions"},
+    # The question is optional: an aggregator prompt without it makes the aggregator a
+    # pure selector, whose answer can only come from the solvers.
+    "aggregator": {"solutions"},
 }
 _SOLUTION_SLOT = 64  # room per inserted solution for its "Solution i (agent):" header
 _VERDICT = re.compile(r"VERDICT\s*:\s*(ACCEPT|REJECT)", re.IGNORECASE)
