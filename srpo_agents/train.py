@@ -147,18 +147,18 @@ def plot_curve(metrics_path: Path, png: Path, title: str, before: dict, after: d
     plt.close(fig)
 
 
-def time_breakdown(metrics_path: Path, warm: dict, before: dict, after: dict,
+def time_breakdown(metrics_path: Path, warm: dict, before_after_eval: float,
                    wall: float) -> dict[str, float]:
     """Seconds of the run by phase: the warm start (0 when it was cached), generation and
-    env stepping of the training rollouts, updates, held-out evaluations (a "before"
-    shared with other runs and measured elsewhere counts 0 here) and the rest."""
+    env stepping of the training rollouts, updates, held-out evaluations (the ones
+    during training, and ``before_after_eval``: the before and after evaluations this
+    invocation ran; a "before" shared with other runs counts 0 here) and the rest."""
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
     out = {"warm_start": float(warm.get("seconds", 0.0)) if not warm.get("cached") else 0.0,
            "generation": sum(r.get("generation_seconds", 0.0) for r in rows),
            "env": sum(r.get("env_seconds", 0.0) for r in rows),
            "update": sum(r.get("update_seconds", 0.0) for r in rows),
-           "evaluation": (before.get("seconds", 0.0) + after.get("seconds", 0.0)
-                          + sum(r.get("eval_seconds", 0.0) for r in rows))}
+           "evaluation": before_after_eval + sum(r.get("eval_seconds", 0.0) for r in rows)}
     out["other"] = max(0.0, wall - sum(out.values()))
     out["total"] = wall
     return {k: round(v, 2) for k, v in out.items()}
@@ -254,14 +254,16 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         log(f"resumed from {run_dir / CHECKPOINT_NAME} at step {start_step}")
     elif metrics_path.exists():
         metrics_path.unlink()
-    def timed_eval(tag: str) -> dict[str, Any]:
+    eval_seconds = {"before_after": 0.0}
+
+    def timed_eval(tag: str) -> tuple[dict[str, Any], float]:
         tick = time.monotonic()
         result = evaluate(engine, test_envs, eval_indices, config.eval_k, tag=tag)
-        result["seconds"] = time.monotonic() - tick
-        return result
+        return result, time.monotonic() - tick
 
     if before is None:
-        before = timed_eval("before")
+        before, spent = timed_eval("before")
+        eval_seconds["before_after"] += spent
         log(f"before: avg@{config.eval_k} {before['avg_at_k']:.3f} "
             f"(+-{before['avg_at_k_stderr']:.3f}), pass@{config.eval_k} {before['pass_at_k']:.3f}")
     updates_total = 0
@@ -282,9 +284,9 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         row = _step_metrics(rollouts, stats, update, step, time.monotonic() - tick)
         row["updates_total"] = updates_total
         if config.eval_every and (step + 1) % config.eval_every == 0 and step + 1 < config.steps:
-            mid = timed_eval(f"s{step}")
+            mid, spent = timed_eval(f"s{step}")
             row.update(eval_avg_at_k=mid["avg_at_k"], eval_avg_at_k_stderr=mid["avg_at_k_stderr"],
-                       eval_pass_at_k=mid["pass_at_k"], eval_seconds=mid["seconds"])
+                       eval_pass_at_k=mid["pass_at_k"], eval_seconds=spent)
         with metrics_path.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
         bar.set_postfix(acc=f"{row['accuracy']:.2f}", upd=updates_total,
@@ -298,7 +300,8 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
             save_checkpoint(run_dir, policies=policies, optimizers=optimizers, step=step + 1,
                             config=config.to_dict(), generators=generators,
                             extra={"before": before})
-    after = timed_eval("after")
+    after, spent = timed_eval("after")
+    eval_seconds["before_after"] += spent
     log(f"after: avg@{config.eval_k} {after['avg_at_k']:.3f} (+-{after['avg_at_k_stderr']:.3f}), "
         f"pass@{config.eval_k} {after['pass_at_k']:.3f}")
     difference = paired_difference(before, after)
@@ -309,7 +312,8 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     wall = time.monotonic() - started
     summary = {"config": config.to_dict(), "warm_start": warm, "before": before, "after": after,
                "difference": difference,
-               "time_breakdown": time_breakdown(metrics_path, warm, before, after, wall),
+               "time_breakdown": time_breakdown(metrics_path, warm,
+                                                eval_seconds["before_after"], wall),
                "wall_time_s": wall}
     write_json_atomic(summary_path, summary)
     try:

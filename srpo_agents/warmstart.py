@@ -80,22 +80,18 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                make_eval_env: Callable[[int], Any], *, minutes: float, target: float,
                seed: int, max_new_tokens: int, steps: int = 0, episodes: int = 20000,
                check_every: int = 50, eval_tasks: int = 64, skill: float = 0.75,
-               lr: float = 3e-3, batch_size: int = 64, drill: int = 0,
-               log=print) -> tuple[Policy, dict]:
+               lr: float = 3e-3, batch_size: int = 64, log=print) -> tuple[Policy, dict]:
     """Build (or load from ``run_dir/warmstart``) the warm-started tiny policy.
 
     It stops after ``steps`` optimizer steps (0: no limit), after ``minutes``, or once
     the held-out accuracy checked every ``check_every`` steps reaches ``target``,
     whichever comes first. A step limit makes the result independent of the machine's
     speed; the time limit is then a safety cap. ``skill``: the scripted team's accuracy
-    (see ``reference_examples``). ``drill``: also train, each step, on this many of the
-    solvers' reference texts as plain text, without their prompts (see the module
-    docstring)."""
+    (see ``reference_examples``)."""
     out = Path(run_dir) / "warmstart"
     settings = {"minutes": minutes, "target": target, "seed": seed, "episodes": episodes,
                 "check_every": check_every, "eval_tasks": eval_tasks, "skill": skill,
-                "steps": steps, "lr": lr, "batch_size": batch_size, "drill": drill,
-                "version": 2}
+                "steps": steps, "lr": lr, "batch_size": batch_size, "version": 2}
     meta_path = out / META
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
@@ -107,17 +103,20 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     texts = [p for _, p, _ in examples] + [t for _, _, t in examples]
     policy = build_tiny_policy(texts, Path(run_dir) / "tiny-init", seed=seed)
     encoded = [_encode(policy, *e) for e in examples]
-    eos = policy.tokenizer.eos_token_id
-    # Plain solver texts (no prompt, loss on every token after the first): a fraction of
-    # a full example's cost, so many more of them fit in a step.
-    plain = sorted({text for role, _, text in examples if role in ("solver", "agent")})
-    plain = [(policy.tokenizer(text, add_special_tokens=False)["input_ids"] + [eos], 0)
-             for text in plain]
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr, weight_decay=0.01)
     engine = RolloutEngine(policy, max_new_tokens=max_new_tokens, seed=seed)
     eval_envs = [make_eval_env(10_000 + i) for i in range(eval_tasks * 2)]
     rng = random.Random(seed)
-    start, done, accuracy = time.monotonic(), 0, 0.0
+    start, done, checked, loss = time.monotonic(), 0, None, torch.tensor(float("nan"))
+
+    def check(step: int, loss: torch.Tensor) -> float:
+        policy.model.eval()
+        accuracy = evaluate(engine, eval_envs, list(range(eval_tasks)), k=2,
+                            tag="warm")["avg_at_k"]
+        log(f"warm start: step {step} loss {loss.item():.3f} held-out avg@2 "
+            f"{accuracy:.3f} ({time.monotonic() - start:.0f}s)")
+        return accuracy
+
     while time.monotonic() - start < minutes * 60 and not (steps and done >= steps):
         policy.model.train()
         # sorted by length so each micro-batch pads little
@@ -130,23 +129,20 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
             micro = batch[start_row:start_row + 16]
             loss = sft_loss(policy, micro)
             (loss * len(micro) / len(batch)).backward()
-        if drill and plain:
-            sft_loss(policy, rng.sample(plain, min(drill, len(plain)))).backward()
         torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0)
         optimizer.step()
         done += 1
-        # Held-out checks serve the early stop; without one (target >= 1) only the last.
-        if (target < 1 and done % check_every == 0) or done == steps:
-            policy.model.eval()
-            result = evaluate(engine, eval_envs, list(range(eval_tasks)), k=2, tag="warm")
-            accuracy = result["avg_at_k"]
-            log(f"warm start: step {done} loss {loss.item():.3f} held-out avg@2 "
-                f"{accuracy:.3f} ({time.monotonic() - start:.0f}s)")
-            if accuracy >= target:
+        checked = None
+        # Held-out checks serve the early stop; without one (target >= 1) the last
+        # step's check below is the only one.
+        if target < 1 and done % check_every == 0:
+            checked = check(done, loss)
+            if checked >= target:
                 break
         elif done % check_every == 0:
             log(f"warm start: step {done} loss {loss.item():.3f} "
                 f"({time.monotonic() - start:.0f}s)")
+    accuracy = checked if checked is not None else check(done, loss)
     policy.model.eval()
     meta = {"settings": settings, "steps": done, "accuracy": accuracy,
             "examples": len(examples), "seconds": time.monotonic() - start}
