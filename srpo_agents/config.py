@@ -67,6 +67,10 @@ class TrainConfig:
     eval_k: int = 8
     eval_every: int = 0
     """Also evaluate every N steps (0: only before and after)."""
+    curve_tasks: int = 0
+    """Held-out tasks of the evaluations during training (the first ones of the
+    held-out set; 0: all ``eval_tasks``). The learning curve then shows before and
+    after on those same tasks."""
     warmstart_minutes: float = 3.0
     """Tiny model only: time budget of the supervised warm start."""
     warmstart_steps: int = 0
@@ -112,7 +116,8 @@ class TrainConfig:
         if not 0.0 <= self.warmstart_skill <= 1.0:
             raise ValueError(f"warmstart_skill={self.warmstart_skill!r}: expected a "
                              f"probability in [0, 1]")
-        for name in ("steps", "eval_every", "save_every", "minibatch_units", "warmstart_steps"):
+        for name in ("steps", "eval_every", "save_every", "minibatch_units", "warmstart_steps",
+                     "curve_tasks"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}={value!r}: expected an int >= 0")

@@ -132,12 +132,22 @@ def plot_curve(metrics_path: Path, png: Path, title: str, before: dict, after: d
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot([r["step"] + 1 for r in rows], [r["accuracy"] for r in rows],
             label="training episodes: accuracy")
-    evals = [(0, before["avg_at_k"], before["avg_at_k_stderr"])]
+    # The evaluations during training may use the first tasks only: before and after
+    # are shown on those same tasks, so the curve compares like with like.
+    tasks = min([r["eval_tasks"] for r in rows if "eval_tasks" in r] or [after["tasks"]])
+
+    def point(step: int, result: dict) -> tuple[int, float, float]:
+        values = np.array(result["per_task_avg"][:tasks])
+        se = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+        return step, float(values.mean()), se
+
+    evals = [point(0, before)]
     evals += [(r["step"] + 1, r["eval_avg_at_k"], r["eval_avg_at_k_stderr"])
               for r in rows if "eval_avg_at_k" in r]
-    evals.append((steps, after["avg_at_k"], after["avg_at_k_stderr"]))
+    evals.append(point(steps, after))
     x, y, err = zip(*evals, strict=True)
-    ax.errorbar(x, y, yerr=err, fmt="o-", capsize=3, label=f"held-out avg@{after['k']}")
+    ax.errorbar(x, y, yerr=err, fmt="o-", capsize=3,
+                label=f"held-out avg@{after['k']} ({tasks} tasks)")
     ax.set_xlabel("step")
     ax.set_ylabel("accuracy")
     ax.set_title(title)
@@ -256,9 +266,9 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         metrics_path.unlink()
     eval_seconds = {"before_after": 0.0}
 
-    def timed_eval(tag: str) -> tuple[dict[str, Any], float]:
+    def timed_eval(tag: str, indices: list[int] = eval_indices) -> tuple[dict[str, Any], float]:
         tick = time.monotonic()
-        result = evaluate(engine, test_envs, eval_indices, config.eval_k, tag=tag)
+        result = evaluate(engine, test_envs, indices, config.eval_k, tag=tag)
         return result, time.monotonic() - tick
 
     if before is None:
@@ -284,9 +294,10 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         row = _step_metrics(rollouts, stats, update, step, time.monotonic() - tick)
         row["updates_total"] = updates_total
         if config.eval_every and (step + 1) % config.eval_every == 0 and step + 1 < config.steps:
-            mid, spent = timed_eval(f"s{step}")
+            mid, spent = timed_eval(f"s{step}", eval_indices[:config.curve_tasks or None])
             row.update(eval_avg_at_k=mid["avg_at_k"], eval_avg_at_k_stderr=mid["avg_at_k_stderr"],
-                       eval_pass_at_k=mid["pass_at_k"], eval_seconds=spent)
+                       eval_pass_at_k=mid["pass_at_k"], eval_tasks=mid["tasks"],
+                       eval_seconds=spent)
         with metrics_path.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
         bar.set_postfix(acc=f"{row['accuracy']:.2f}", upd=updates_total,
