@@ -49,6 +49,12 @@ GenerationOutput = tuple[list[int], list[float], bool]
 finished), one behaviour log-prob per id, and whether EOS was sampled before the limit."""
 
 
+def cache_kwarg(model) -> str:
+    """The forward kwarg that takes a KV cache: transformers 5.24 renamed
+    ``past_key_values`` to ``cache``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one id per row.
@@ -91,9 +97,7 @@ class HFGenerator:
         self.top_p = top_p
         self.max_batch = max_batch
         self.generator = torch.Generator(device=policy.model.device).manual_seed(seed)
-        # transformers 5.24 renamed the forward kwarg ``past_key_values`` to ``cache``.
-        params = inspect.signature(policy.model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._cache_kwarg = cache_kwarg(policy.model)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Nothing to do: this backend samples from the learner's own module."""

@@ -21,7 +21,6 @@ Deliberate choices:
 from __future__ import annotations
 
 import copy
-import inspect
 import random
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 
 from srpo_agents.events import ActionUnit, event_atomic_batches
+from srpo_agents.generation import cache_kwarg
 from srpo_agents.objective import POLICY_LOSSES, Algorithm, LossConfig, LossInputs
 from srpo_agents.policy import Policy
 from srpo_agents.rollout import Sample
@@ -61,11 +61,6 @@ class LearnerConfig:
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"{name}={getattr(self, name)!r} is out of range")
-
-
-def _cache_kwarg(model) -> str:
-    """transformers 5.24 renamed the forward kwarg ``past_key_values`` to ``cache``."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _pad(rows: list[list], value, dtype) -> torch.Tensor:
@@ -157,7 +152,7 @@ class Learner:
         positions = (prompt_mask.cumsum(dim=-1) - 1).clamp(min=0)
         cache = DynamicCache(config=model.config)
         out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
-                    use_cache=True, logits_to_keep=1, **{_cache_kwarg(model): cache})
+                    use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache})
         rows = torch.tensor(source, device=self.device)
         cache.batch_select_indices(rows)
         first = out.logits[:, -1][rows]                                       # [R, V]
@@ -170,7 +165,7 @@ class Learner:
                                                                device=self.device)
         rest = model(input_ids=response_ids[:, :-1], attention_mask=attention[:, :-1],
                      position_ids=response_positions[:, :-1], use_cache=True,
-                     **{_cache_kwarg(model): cache}).logits if response_ids.shape[1] > 1 else None
+                     **{cache_kwarg(model): cache}).logits if response_ids.shape[1] > 1 else None
         return first.unsqueeze(1) if rest is None else torch.cat([first.unsqueeze(1), rest], 1)
 
     def _microbatches(self, batch: list[ActionUnit]) -> list[list[ActionUnit]]:

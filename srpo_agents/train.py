@@ -69,12 +69,17 @@ def _eval_indices(config: TrainConfig, envs: list) -> list[int]:
     return list(range(n))
 
 
-def mixed_group_fraction(rollouts) -> float:
-    """The fraction of tasks whose G episodes did not all get the same return: only
-    those groups carry a non-zero group-relative advantage."""
+def _returns_by_task(rollouts) -> dict[str, set[float]]:
     returns: dict[str, set[float]] = {}
     for r in rollouts:
         returns.setdefault(r.task_id, set()).add(r.reward)
+    return returns
+
+
+def mixed_group_fraction(rollouts) -> float:
+    """The fraction of tasks whose G episodes did not all get the same return: only
+    those groups carry a non-zero group-relative advantage."""
+    returns = _returns_by_task(rollouts)
     return float(np.mean([len(v) > 1 for v in returns.values()])) if returns else 0.0
 
 
@@ -106,9 +111,7 @@ def train_step(engine: RolloutEngine, envs: list, options: list[dict], algorithm
     units, stats = build_units(rollouts, algorithm.unit)
     advantages = estimator([u.info for u in units])
     if dynamic_sampling:
-        returns: dict[str, set[float]] = {}
-        for r in rollouts:
-            returns.setdefault(r.task_id, set()).add(r.reward)
+        returns = _returns_by_task(rollouts)
         keep = [i for i, u in enumerate(units) if len(returns[u.info.task_id]) > 1]
         units, advantages = [units[i] for i in keep], advantages[keep]
     tick = time.monotonic()
