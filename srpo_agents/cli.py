@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "lr", "epochs", "minibatch_units", "eps_low", "eps_high",
                                "beta", "max_grad_norm", "save_every", "eval_every",
                                "warmstart_minutes", "warmstart_target", "warmstart_steps",
-                               "warmstart_skill", "dynamic_sampling", "group_size",
+                               "warmstart_skill", "warmstart_decay", "dynamic_sampling", "group_size",
                                "tasks_per_step", "algo", "microbatch_rows", "advantage",
                                "per_role_policies", "warmstart_dir"})
     ev.set_defaults(run=cmd_eval)

@@ -76,6 +76,10 @@ class TrainConfig:
     warmstart_steps: int = 0
     """Tiny model only: supervised steps of the warm start (0: until its time budget or
     target); with a step count the warm start does not depend on the machine's speed."""
+    warmstart_decay: bool = False
+    """Tiny model only: warm the lr up over 20 steps, then decay it on a cosine to a tenth
+    over ``warmstart_steps`` (which it needs); the last steps then settle the policy
+    instead of leaving it where a large step's noise put it."""
     warmstart_skill: float = 0.75
     """Tiny model only: accuracy of the scripted team whose trajectories the warm start
     imitates. Solvers imitate only right solutions; the aggregator imitates the
@@ -124,6 +128,9 @@ class TrainConfig:
         if self.group_size < 2:
             raise ValueError(f"group_size={self.group_size!r}: a relative advantage needs "
                              f"at least 2 rollouts per task")
+        if self.warmstart_decay and not self.warmstart_steps:
+            raise ValueError("warmstart_decay=True needs warmstart_steps > 0: the cosine "
+                             "decay runs over a known number of steps")
         self.difficulty = tuple(self.difficulty)
         self.compact_prompts = self.compact_prompts or self.model == "tiny"
         if not self.out:

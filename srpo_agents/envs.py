@@ -17,9 +17,10 @@ TINY_MATH_PROMPTS = {
     "solver": "{question}\n",
     "solver_retry": "{question}\nWas: {previous}\nCheck: {feedback}\n",
     "verifier": "{question}\n{solution}\nVerdict: ",
-    # No question: the tiny aggregator chooses among the solutions (and is shorter to
-    # read), so the team's answer comes from its solvers and their credit is real.
-    "aggregator": "{solutions}\nFinal: ",
+    # No question and only the solvers' final answers: the tiny aggregator chooses among
+    # its solvers' answers (a short prompt it learns to read reliably), so the team's
+    # answer comes from its solvers and their credit is real.
+    "aggregator": "{answers}\nFinal: ",
 }
 TINY_SEARCH_PROMPTS = {
     "agent": "Q: {question}\n{history}",

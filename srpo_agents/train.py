@@ -56,6 +56,8 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
                       env_factory(config, "test"),
                       minutes=config.warmstart_minutes, target=config.warmstart_target,
                       steps=config.warmstart_steps, skill=config.warmstart_skill,
+                      warmup=20 if config.warmstart_decay else 0,
+                      decay=config.warmstart_decay,
                       seed=config.seed, max_new_tokens=config.max_new_tokens, log=log)
 
 

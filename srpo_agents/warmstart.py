@@ -15,6 +15,7 @@ cached in the run directory (``warmstart/``) with the settings it was made with.
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from collections.abc import Callable
@@ -53,6 +54,16 @@ def reference_examples(make_env: Callable[[int], Any], episodes: int, seed: int,
     return examples
 
 
+def lr_factor(step: int, warmup: int, decay_steps: int) -> float:
+    """The warm start's lr multiplier at ``step``: linear warm-up over ``warmup`` steps,
+    then, when ``decay_steps`` > 0, a cosine from 1 down to 0.1 at ``decay_steps``."""
+    factor = min(1.0, (step + 1) / warmup) if warmup else 1.0
+    if decay_steps:
+        progress = min(1.0, max(0, step - warmup) / max(1, decay_steps - warmup))
+        factor *= 0.1 + 0.45 * (1 + math.cos(math.pi * progress))
+    return factor
+
+
 def _encode(policy: Policy, role: str, prompt: str, text: str) -> tuple[list[int], int]:
     prompt_ids = policy.prompt_ids(role, prompt)
     response = policy.tokenizer(text, add_special_tokens=False,
@@ -80,18 +91,24 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                make_eval_env: Callable[[int], Any], *, minutes: float, target: float,
                seed: int, max_new_tokens: int, steps: int = 0, episodes: int = 20000,
                check_every: int = 50, eval_tasks: int = 64, skill: float = 0.75,
-               lr: float = 3e-3, batch_size: int = 64, log=print) -> tuple[Policy, dict]:
+               lr: float = 3e-3, batch_size: int = 64, warmup: int = 0, decay: bool = False,
+               log=print) -> tuple[Policy, dict]:
     """Build (or load from ``run_dir/warmstart``) the warm-started tiny policy.
 
     It stops after ``steps`` optimizer steps (0: no limit), after ``minutes``, or once
     the held-out accuracy checked every ``check_every`` steps reaches ``target``,
     whichever comes first. A step limit makes the result independent of the machine's
     speed; the time limit is then a safety cap. ``skill``: the scripted team's accuracy
-    (see ``reference_examples``)."""
+    (see ``reference_examples``). ``warmup``: steps of linear lr warm-up; ``decay``:
+    cosine decay of the lr to a tenth over ``steps`` (needs ``steps``)."""
+    if decay and not steps:
+        raise ValueError("warm_start(decay=True) needs steps > 0: the cosine decay runs "
+                         "over a known number of steps")
     out = Path(run_dir) / "warmstart"
     settings = {"minutes": minutes, "target": target, "seed": seed, "episodes": episodes,
                 "check_every": check_every, "eval_tasks": eval_tasks, "skill": skill,
-                "steps": steps, "lr": lr, "batch_size": batch_size, "version": 2}
+                "steps": steps, "lr": lr, "batch_size": batch_size, "warmup": warmup,
+                "decay": decay, "version": 2}
     meta_path = out / META
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
@@ -104,6 +121,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     policy = build_tiny_policy(texts, Path(run_dir) / "tiny-init", seed=seed)
     encoded = [_encode(policy, *e) for e in examples]
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr, weight_decay=0.01)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, warmup, steps if decay else 0))
     engine = RolloutEngine(policy, max_new_tokens=max_new_tokens, seed=seed)
     eval_envs = [make_eval_env(10_000 + i) for i in range(eval_tasks * 2)]
     rng = random.Random(seed)
@@ -131,6 +150,7 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
             (loss * len(micro) / len(batch)).backward()
         torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0)
         optimizer.step()
+        scheduler.step()
         done += 1
         checked = None
         # Held-out checks serve the early stop; without one (target >= 1) the last

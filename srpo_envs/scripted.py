@@ -64,8 +64,9 @@ class ScriptedMathTeam:
                 actions[agent] = ("VERDICT: ACCEPT" if judged_right else
                                   f"VERDICT: REJECT. Recheck the arithmetic. \\boxed{{{gold}}}")
             else:
-                body = observations[agent].split("Solution 1", 1)[-1]
-                answers = [extract_answer(part) for part in body.split("\nSolution ")]
+                # The solvers' answers as the env read them, whatever the aggregator's
+                # template shows (full solutions or answers only).
+                answers = env.last_transition.info["member_answers"].values()
                 votes = Counter(a for a in answers if a)
                 best = votes.most_common(1)[0][0] if votes else gold
                 actions[agent] = f"\\boxed{{{best}}}"

@@ -103,14 +103,21 @@ def placeholders(template: str) -> set[str]:
 
 
 def check_prompt_overrides(prompts: Mapping[str, str], defaults: Mapping[str, str],
-                           required: Mapping[str, set[str]]) -> None:
-    """Fail clearly on an unknown role or a template missing a required placeholder."""
+                           required: Mapping[str, set[str | tuple[str, ...]]]) -> None:
+    """Fail clearly on an unknown role or a template missing a required placeholder.
+
+    Each requirement is a placeholder name, or a tuple of names of which the template
+    must contain at least one."""
     unknown = set(prompts) - set(defaults)
     if unknown:
         raise ValueError(f"prompts has unknown roles {sorted(unknown)}; expected any of "
                          f"{sorted(defaults)}")
     for role, template in prompts.items():
-        lacking = required[role] - placeholders(str(template))
+        found = placeholders(str(template))
+        lacking = [" or ".join(need) if isinstance(need, tuple) else need
+                   for need in required[role]
+                   if not (found & set(need) if isinstance(need, tuple) else need in found)]
+        wanted = sorted(" or ".join(n) if isinstance(n, tuple) else n for n in required[role])
         if not isinstance(template, str) or lacking:
             raise ValueError(f"prompts[{role!r}] must be a string containing the "
-                             f"placeholders {sorted(required[role])}; missing {sorted(lacking)}")
+                             f"placeholders {wanted}; missing {sorted(lacking)}")

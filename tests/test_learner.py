@@ -5,6 +5,7 @@ import json
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -327,6 +328,8 @@ def test_bad_config_names_the_field():
         TrainConfig(algo="ppo")
     with pytest.raises(ValueError, match="group_size=1"):
         TrainConfig(group_size=1)
+    with pytest.raises(ValueError, match="warmstart_decay=True needs warmstart_steps"):
+        TrainConfig(warmstart_decay=True)
     assert ADVANTAGE_ESTIMATORS["task"]
 
 
@@ -391,3 +394,17 @@ def test_per_role_policies_train_separately_and_resume(tiny_dir, tmp_path, monke
     a, b = ({k: v for k, v in json.loads(x).items() if not k.endswith("seconds")}
             for x in rows)
     assert a == b
+
+
+def test_warm_start_lr_schedule_warms_up_then_decays_to_a_tenth():
+    from srpo_agents.warmstart import lr_factor, warm_start
+
+    assert lr_factor(0, 0, 0) == lr_factor(500, 0, 0) == 1.0           # constant
+    assert lr_factor(0, 20, 0) == pytest.approx(1 / 20)
+    assert lr_factor(19, 20, 0) == lr_factor(100, 20, 0) == 1.0
+    assert lr_factor(20, 20, 250) == pytest.approx(1.0)
+    assert lr_factor(135, 20, 250) == pytest.approx(0.55)               # half way down
+    assert lr_factor(250, 20, 250) == lr_factor(400, 20, 250) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="decay=True"):
+        warm_start(Path("unused"), None, None, minutes=1, target=1, seed=0,
+                   max_new_tokens=8, decay=True)

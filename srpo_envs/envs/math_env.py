@@ -48,7 +48,9 @@ Terminates after the final event: 1 event for single, 2 for parallel, 2 to
 ## Arguments
 See ``MathEnvConfig``. ``prompts`` overrides role templates by role name (``solver``,
 ``solver_retry``, ``verifier``, ``aggregator``); see ``REQUIRED_PLACEHOLDERS`` for the
-placeholders each must contain (an aggregator template may leave out ``{question}``).
+placeholders each must contain. An aggregator template may leave out ``{question}``, and
+may show the solvers' final answers only (``{answers}``: one line ``Answer i: ...`` per
+solver, in agent order) instead of their full solutions (``{solutions}``).
 
 ## Version history
 - v0: initial release.
@@ -98,8 +100,9 @@ REQUIRED_PLACEHOLDERS = {
     "solver_retry": {"question", "previous", "feedback"},
     "verifier": {"question", "solution"},
     # The question is optional: an aggregator prompt without it makes the aggregator a
-    # pure selector, whose answer can only come from the solvers.
-    "aggregator": {"solutions"},
+    # pure selector, whose answer can only come from the solvers. It reads the full
+    # solutions or only their final answers (a tuple: at least one of them).
+    "aggregator": {("solutions", "answers")},
 }
 _SOLUTION_SLOT = 64  # room per inserted solution for its "Solution i (agent):" header
 _VERDICT = re.compile(r"VERDICT\s*:\s*(ACCEPT|REJECT)", re.IGNORECASE)
@@ -269,12 +272,16 @@ class MathEnv(EventEnv):
         votes = Counter(a for a in answers.values() if a)
         majority = max(votes, key=lambda a: (votes[a], -list(answers.values()).index(a)),
                        default=None)
-        sections = []
+        sections, lines = [], []
         for i, (agent, text) in enumerate(texts.items(), start=1):
             body = as_data(text, self.config.max_output_chars) if text else NO_ANSWER
             sections.append(f"Solution {i} ({agent}):\n{body}")
+            answer = answers[agent]
+            lines.append(f"Answer {i}: "
+                         + (as_data(answer, self.config.max_output_chars) if answer else NO_ANSWER))
         prompt = render(self.templates["aggregator"],
-                        {"question": self._question, "solutions": "\n\n".join(sections)})
+                        {"question": self._question, "solutions": "\n\n".join(sections),
+                         "answers": "\n".join(lines)})
         info = {"member_answers": answers, "member_correct": member_correct,
                 "majority_answer": majority, "correct": self._is_correct(majority)}
         return EventOutcome("solve", info=info, next_prompts={"aggregator_0": prompt})
