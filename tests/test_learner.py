@@ -198,8 +198,12 @@ def test_shared_prompt_pass_equals_one_pass_per_row(tiny_dir):
     own = full.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * mask
     own.sum().backward()
     torch.testing.assert_close(logp, own, rtol=0, atol=1e-5)
+    # float32 sums in another order: elements differ by up to ~1e-6 of the parameter's
+    # largest gradient (measured); a wrong mask, position or cache row moves them by
+    # orders of magnitude more.
     for shared, alone in zip(shared_grads, policy.model.parameters(), strict=True):
-        torch.testing.assert_close(shared, alone.grad, rtol=1e-4, atol=1e-6)
+        scale = float(alone.grad.abs().max())
+        torch.testing.assert_close(shared, alone.grad, rtol=1e-4, atol=1e-5 * scale)
 
 
 def test_dynamic_sampling_leaves_out_groups_with_one_return(tiny_dir):
