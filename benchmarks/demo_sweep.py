@@ -3,7 +3,7 @@ on the demo's setting (SRPO-Math-v0 parallel, K = 3 solvers and an aggregator, t
 policy), every cell from one warm start and one shared "before" evaluation.
 
     python benchmarks/demo_sweep.py [--out runs/demo-sweep] [--workers 2]
-        [--lrs 3e-5 1e-4 3e-4] [--updates 1 4]
+        [--lrs 3e-5 1e-4 3e-4] [--updates 1 4] [--seed 0] [--steps N]
 
 "Updates per step" is the number of optimizer steps per batch of rollouts: one epoch
 over the batch in that many mini-batches (1 = the whole batch at once, on-policy).
@@ -54,6 +54,8 @@ def main() -> None:
     parser.add_argument("--lrs", type=float, nargs="+", default=[3e-5, 1e-4, 3e-4])
     parser.add_argument("--updates", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=0,
+                        help="RL steps per cell (default: the demo's)")
     parser.add_argument("--extra", nargs="*", default=[],
                         help="more cells at the demo's lr and updates, each a comma list of "
                              "overrides, e.g. beta=0.05 eps_high=0.2")
@@ -61,7 +63,7 @@ def main() -> None:
     out = Path(args.out)
     started = time.monotonic()
     base = demo_config(str(out / "warmstart"), args.seed, eval_every=0)
-    base = replace(base, warmstart_dir=str(out / "warmstart"))
+    base = replace(base, warmstart_dir=str(out / "warmstart"), steps=args.steps or base.steps)
     warm = warm_start_job(base)
     base = replace(base, model=str(out / "warmstart" / "warmstart"), compact_prompts=True)
     before = before_job(replace(base, out=str(out / "before")), out / "before.json")
@@ -96,7 +98,8 @@ def main() -> None:
     k = base.eval_k
     command = (f"python benchmarks/demo_sweep.py --out {args.out} --workers {args.workers} "
                f"--lrs {' '.join(f'{x:g}' for x in args.lrs)} "
-               f"--updates {' '.join(map(str, args.updates))} --seed {args.seed}"
+               f"--updates {' '.join(map(str, args.updates))} --seed {args.seed} "
+               f"--steps {base.steps}"
                + (f" --extra {' '.join(args.extra)}" if args.extra else ""))
     lines = [
         "# Demo sweep: learning rate x updates per step", "",
