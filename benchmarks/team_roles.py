@@ -31,7 +31,7 @@ def team_roles(policy_dir: str, tasks: int, k: int, seed: int = 1) -> dict[str, 
                            seed=seed)
     envs = eval_pool(env_factory(config, "test"), 256, seed)
     jobs = [(t, j) for t in range(tasks) for j in range(k)]
-    counts, agreeing = Counter(), 0
+    counts, agreeing, follows = Counter(), 0, 0
     for start in range(0, len(jobs), len(envs)):
         chunk = jobs[start:start + len(envs)]
         rollouts = engine.run(envs[:len(chunk)], [{"task_index": t, "episode_id": f"r{t}-{j}"}
@@ -46,13 +46,12 @@ def team_roles(policy_dir: str, tasks: int, k: int, seed: int = 1) -> dict[str, 
             counts["majority right"] += solve["correct"]
             counts["team right"] += bool(final["correct"])
             counts["aggregator copies a solver"] += chosen in answers
-            if answers and Counter(answers).most_common(1)[0][1] >= 2:
+            majority = solve["majority_answer"]
+            if answers.count(majority) >= 2:
                 agreeing += 1
-                counts["aggregator follows a majority"] += chosen == solve["majority_answer"]
-    out = {key: value / len(jobs) for key, value in counts.items()
-           if key != "aggregator follows a majority"}
-    out["aggregator follows a majority"] = (counts["aggregator follows a majority"]
-                                            / max(agreeing, 1))
+                follows += chosen == majority
+    out = {key: value / len(jobs) for key, value in counts.items()}
+    out["aggregator follows a majority"] = follows / max(agreeing, 1)
     out["episodes with a majority"] = agreeing / len(jobs)
     return out
 

@@ -14,9 +14,9 @@ Why these settings (measured in ``benchmarks/results/demo_sweep.md``, see the RE
   imitates is right half the time), so it learns to follow its solvers: the team's
   answer comes from the solvers and their credit is real. With 400 steps and the decay
   the arithmetic "clicked" by the end on every seed tried; at a constant lr, 250 steps
-  had left seeds 1 and 2 near guessing. It leaves the team right about half to two thirds of the time,
-  with the aggregator still often not following the majority: the skill is there but
-  used unreliably, which is where RL helps;
+  had left seeds 1 and 2 near guessing. It leaves the team right about half to four
+  fifths of the time, with the aggregator still often not following the majority: the
+  skill is there but used unreliably, which is where RL helps;
 - SRPO then runs 48 steps of 16 tasks x G=8 and makes 4 clipped updates per batch of
   rollouts (one epoch in mini-batches of 64 of the 256 units), as PPO-family trainers
   do, at lr 3e-5 with clip-higher (eps_high 0.28), chosen from the sweep on seed 0. A

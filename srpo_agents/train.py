@@ -50,13 +50,13 @@ from srpo_agents.rollout import RolloutEngine
 def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dict]:
     if config.model != "tiny":
         return load_policy(config.model, device=config.device), {}
-    from srpo_agents.warmstart import warm_start
+    from srpo_agents.warmstart import DECAY_WARMUP, warm_start
 
     return warm_start(Path(config.warmstart_dir or run_dir), env_factory(config, "train"),
                       env_factory(config, "test"),
                       minutes=config.warmstart_minutes, target=config.warmstart_target,
                       steps=config.warmstart_steps, skill=config.warmstart_skill,
-                      warmup=20 if config.warmstart_decay else 0,
+                      warmup=DECAY_WARMUP if config.warmstart_decay else 0,
                       decay=config.warmstart_decay,
                       seed=config.seed, max_new_tokens=config.max_new_tokens, log=log)
 

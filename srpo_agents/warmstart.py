@@ -54,6 +54,10 @@ def reference_examples(make_env: Callable[[int], Any], episodes: int, seed: int,
     return examples
 
 
+DECAY_WARMUP = 20
+"""Steps of linear lr warm-up before the cosine decay (``TrainConfig.warmstart_decay``)."""
+
+
 def lr_factor(step: int, warmup: int, decay_steps: int) -> float:
     """The warm start's lr multiplier at ``step``: linear warm-up over ``warmup`` steps,
     then, when ``decay_steps`` > 0, a cosine from 1 down to 0.1 at ``decay_steps``."""

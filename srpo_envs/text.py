@@ -114,10 +114,9 @@ def check_prompt_overrides(prompts: Mapping[str, str], defaults: Mapping[str, st
                          f"{sorted(defaults)}")
     for role, template in prompts.items():
         found = placeholders(str(template))
-        lacking = [" or ".join(need) if isinstance(need, tuple) else need
-                   for need in required[role]
-                   if not (found & set(need) if isinstance(need, tuple) else need in found)]
-        wanted = sorted(" or ".join(n) if isinstance(n, tuple) else n for n in required[role])
+        needs = [need if isinstance(need, tuple) else (need,) for need in required[role]]
+        lacking = sorted(" or ".join(need) for need in needs if not found & set(need))
         if not isinstance(template, str) or lacking:
+            wanted = sorted(" or ".join(need) for need in needs)
             raise ValueError(f"prompts[{role!r}] must be a string containing the "
-                             f"placeholders {wanted}; missing {sorted(lacking)}")
+                             f"placeholders {wanted}; missing {lacking}")
