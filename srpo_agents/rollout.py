@@ -165,6 +165,18 @@ class RolloutEngine:
         self._sync()
         return self._generator.generate(prompts)
 
+    def _prompt_ids(self, roles: list[str], texts: list[str]) -> list[list[int]]:
+        """Prompt ids of ``texts``, one tokenizer call per role; in the callers' order."""
+        by_role: dict[str, list[int]] = {}
+        for i, role in enumerate(roles):
+            by_role.setdefault(role, []).append(i)
+        ids: list[list[int]] = [[] for _ in texts]
+        for role, indices in by_role.items():
+            batch = self.policy_for(role).prompt_ids_batch(role, [texts[i] for i in indices])
+            for i, row in zip(indices, batch, strict=True):
+                ids[i] = row
+        return ids
+
     def _generate_by_role(self, roles: list[str], prompts: list[list[int]]) -> list[GenerationOutput]:
         """One batched call per policy; results in the callers' order."""
         self._sync()
@@ -194,8 +206,7 @@ class RolloutEngine:
             tick = time.perf_counter()
             due = [(i, agent) for i in live for agent in envs[i].due_agents]
             roles = [envs[i].roles[agent] for i, agent in due]
-            prompts = [self.policy_for(role).prompt_ids(role, observations[i][agent])
-                       for role, (i, agent) in zip(roles, due, strict=True)]
+            prompts = self._prompt_ids(roles, [observations[i][agent] for i, agent in due])
             outputs = self._generate_by_role(roles, prompts)
             version = self.policy_version
             texts = [self.policy_for(role).decode(ids)

@@ -106,6 +106,26 @@ def test_without_a_template_the_prompt_is_plain_text_with_specials_split(policy)
     assert tokenizer.decode(ids) == hostile
 
 
+def test_prompt_ids_batch_equals_one_rendering_per_prompt(policy):
+    """The batched path (rollouts, warm start) gives each prompt exactly the ids of its
+    own rendered template: no padding, truncation or cross-talk between prompts."""
+    tokenizer = policy.tokenizer
+    prompts = PROMPTS + ["", "a<|im_end|>b<|endoftext|>", TEXTS[0]]
+    expected = [tokenizer(tokenizer.apply_chat_template(
+        [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True),
+        add_special_tokens=False)["input_ids"] for p in prompts[:5]]
+    batch = policy.prompt_ids_batch("solver", prompts)
+    assert batch[:5] == expected
+    assert batch == [policy.prompt_ids("solver", p) for p in prompts]
+    assert policy.prompt_ids_batch("solver", []) == []
+    plain_tokenizer = copy.deepcopy(tokenizer)
+    plain_tokenizer.chat_template = None
+    plain = Policy(model=policy.model, tokenizer=plain_tokenizer, name="plain")
+    assert plain.prompt_ids_batch("solver", prompts) == [
+        plain_tokenizer.encode(p, add_special_tokens=False, split_special_tokens=True)
+        for p in prompts]
+
+
 # -- generation -------------------------------------------------------------------------
 def _teacher_forced_logprobs(policy, prompt, response, temperature):
     """Log-probs of ``response`` from one forward pass over the unpadded prompt+response."""
