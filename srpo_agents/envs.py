@@ -3,7 +3,8 @@
 The learner only ever reads ``Transition``s and observations; this module is where a run
 config becomes env constructor arguments. With ``compact_prompts`` (always for the tiny
 character-level policy, where every prompt character is a token it must attend to) the
-role prompts are short; otherwise each env's documented default prompts are used.
+role prompts are short (and the search env's generated world is its compact form);
+otherwise each env's documented default prompts and world are used.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def env_kwargs(config: TrainConfig, split: str) -> dict[str, Any]:
             kwargs["corpus"] = config.corpus
         if tiny:
             kwargs.update(prompts=TINY_SEARCH_PROMPTS, top_k=2, max_passage_chars=160)
+            if not dataset:
+                # Short names and one-sentence facts: a world the byte-level policy can read.
+                kwargs["world"] = "compact"
     if dataset:
         kwargs["dataset"] = dataset
     kwargs.update(config.extra_env_kwargs)

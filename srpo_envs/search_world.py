@@ -15,6 +15,13 @@ from a person, so answering it needs the k documents along that chain:
 
 The world, corpus and questions are pure functions of ``world_seed`` (and the sizes);
 questions of the ``train`` and ``test`` splits use disjoint sets of people.
+
+``compact=True`` builds the same relations in a form a byte-level model of about 1M
+parameters can read: short names made of two or three letter-pairs ("Tovi", "Bex"),
+one short document per entity that states only the relations the questions use
+("Tovi was born in Bex. Tovi works for Rami Co."), and 1000 people by default, so the
+test split has 500 one-hop questions. The default world (longer names, distractor facts
+such as jobs and years) is the one for real models.
 """
 
 from __future__ import annotations
@@ -55,14 +62,29 @@ def _word(rng: random.Random, syllables: int) -> str:
                    for _ in range(syllables)).capitalize()
 
 
-def build_world(world_seed: int = 0, n_people: int = 400, n_companies: int = 60,
-                n_cities: int = 40, n_countries: int = 12, test_fraction: float = 0.25) -> World:
-    """The world of ``world_seed``: a corpus (id/title/text dicts) and tasks per split."""
+_SHORT_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z")
+_SHORT_VOWELS = ("a", "e", "i", "o", "u")
+_SHORT_CODAS = ("b", "d", "g", "k", "l", "m", "n", "r", "s", "t", "x")
+
+
+def _short(rng: random.Random, syllables: int, coda: bool = False) -> str:
+    word = "".join(rng.choice(_SHORT_ONSETS) + rng.choice(_SHORT_VOWELS)
+                   for _ in range(syllables))
+    return (word + rng.choice(_SHORT_CODAS) if coda else word).capitalize()
+
+
+def build_world(world_seed: int = 0, n_people: int | None = None, n_companies: int = 60,
+                n_cities: int = 40, n_countries: int = 12, test_fraction: float = 0.25,
+                compact: bool = False) -> World:
+    """The world of ``world_seed``: a corpus (id/title/text dicts) and tasks per split.
+    ``n_people`` defaults to 400 (1000 with ``compact``)."""
+    if n_people is None:
+        n_people = 1000 if compact else 400
     for name, value, low in (("n_people", n_people, 8), ("n_companies", n_companies, 2),
                              ("n_cities", n_cities, 2), ("n_countries", n_countries, 2)):
         if not isinstance(value, int) or value < low:
             raise ValueError(f"{name}={value!r}: expected an int >= {low}")
-    rng = random.Random(f"srpo-world:{world_seed}")
+    rng = random.Random(f"srpo-{'compact-' if compact else ''}world:{world_seed}")
     taken: set[str] = set()
 
     def fresh(make) -> str:
@@ -72,12 +94,18 @@ def build_world(world_seed: int = 0, n_people: int = 400, n_companies: int = 60,
                 taken.add(name.lower())
                 return name
 
-    countries = [fresh(lambda: _word(rng, 2) + rng.choice(_COUNTRY_ENDS))
-                 for _ in range(n_countries)]
-    cities = [fresh(lambda: _word(rng, 1) + rng.choice(_CITY_ENDS)) for _ in range(n_cities)]
-    people = [fresh(lambda: f"{_word(rng, 2)} {_word(rng, 2)}") for _ in range(n_people)]
-    companies = [fresh(lambda: f"{_word(rng, 2)} {rng.choice(_COMPANY_KINDS)}")
-                 for _ in range(n_companies)]
+    if compact:
+        countries = [fresh(lambda: _short(rng, 2) + "nia") for _ in range(n_countries)]
+        cities = [fresh(lambda: _short(rng, 1, coda=True)) for _ in range(n_cities)]
+        people = [fresh(lambda: _short(rng, 2)) for _ in range(n_people)]
+        companies = [fresh(lambda: f"{_short(rng, 2)} Co") for _ in range(n_companies)]
+    else:
+        countries = [fresh(lambda: _word(rng, 2) + rng.choice(_COUNTRY_ENDS))
+                     for _ in range(n_countries)]
+        cities = [fresh(lambda: _word(rng, 1) + rng.choice(_CITY_ENDS)) for _ in range(n_cities)]
+        people = [fresh(lambda: f"{_word(rng, 2)} {_word(rng, 2)}") for _ in range(n_people)]
+        companies = [fresh(lambda: f"{_word(rng, 2)} {rng.choice(_COMPANY_KINDS)}")
+                     for _ in range(n_companies)]
 
     city_country = {c: rng.choice(countries) for c in cities}
     born = {p: rng.choice(cities) for p in people}
@@ -90,24 +118,36 @@ def build_world(world_seed: int = 0, n_people: int = 400, n_companies: int = 60,
 
     docs: list[dict] = []
     doc_id: dict[str, str] = {}
+    prefix = f"{'compact' if compact else 'world'}{world_seed}"
 
     def add(title: str, text: str) -> None:
-        doc_id[title] = f"world{world_seed}_{len(docs):06d}"
+        doc_id[title] = f"{prefix}_{len(docs):06d}"
         docs.append({"id": doc_id[title], "title": title, "text": text})
 
-    for p in people:
-        article = "an" if job[p][0] in "aeiou" else "a"
-        add(p, f"{p} is {article} {job[p]} born in {year[p]}. {p} was born in {born[p]}. "
-               f"{p} works for {works[p]}.")
-    for c in companies:
-        add(c, f"{c} is a company founded in {founded[c]}. {c} was founded by {founder[c]}. "
-               f"The headquarters of {c} are in {headquarters[c]}.")
-    for c in cities:
-        add(c, f"{c} is a city in {city_country[c]}.")
-    for c in countries:
-        members = sorted(x for x in cities if city_country[x] == c)
-        listing = ", ".join(members) if members else "no large cities"
-        add(c, f"{c} is a country. Its cities include {listing}.")
+    if compact:
+        # Only the relations the questions follow, one short sentence each.
+        for p in people:
+            add(p, f"{p} was born in {born[p]}. {p} works for {works[p]}.")
+        for c in companies:
+            add(c, f"{c} is in {headquarters[c]}. {c} was founded by {founder[c]}.")
+        for c in cities:
+            add(c, f"{c} is in {city_country[c]}.")
+        for c in countries:
+            add(c, f"{c} is a country.")
+    else:
+        for p in people:
+            article = "an" if job[p][0] in "aeiou" else "a"
+            add(p, f"{p} is {article} {job[p]} born in {year[p]}. {p} was born in "
+                   f"{born[p]}. {p} works for {works[p]}.")
+        for c in companies:
+            add(c, f"{c} is a company founded in {founded[c]}. {c} was founded by "
+                   f"{founder[c]}. The headquarters of {c} are in {headquarters[c]}.")
+        for c in cities:
+            add(c, f"{c} is a city in {city_country[c]}.")
+        for c in countries:
+            members = sorted(x for x in cities if city_country[x] == c)
+            listing = ", ".join(members) if members else "no large cities"
+            add(c, f"{c} is a country. Its cities include {listing}.")
 
     order = list(people)
     rng.shuffle(order)
@@ -136,7 +176,7 @@ def build_world(world_seed: int = 0, n_people: int = 400, n_companies: int = 60,
         for p in members:
             for number, (question, answer, path) in enumerate(chains(p)):
                 items.append(SearchTask(
-                    task_id=f"world{world_seed}-{doc_id[p]}-q{number}", question=question,
+                    task_id=f"{prefix}-{doc_id[p]}-q{number}", question=question,
                     answers=(answer,), supporting_ids=tuple(doc_id[t] for t in path),
                     meta={"hops": len(path), "path": tuple(path)}))
         tasks[split] = tuple(items)

@@ -1,6 +1,7 @@
 """SRPO-Search-v0: API checks, determinism, active sets, oracle, bad queries, failures."""
 
 import random
+import re
 import socket
 import time
 import warnings
@@ -118,9 +119,10 @@ def test_consumed_sets_per_workflow(cache_dir):
     assert [c.agent_id for c in env.last_transition.consumed] == ["agent_0"]
 
 
+@pytest.mark.parametrize("world", ["default", "compact"])
 @pytest.mark.parametrize("workflow", WORKFLOWS)
-def test_oracle_reaches_reward_one_on_generated_multi_hop_tasks(cache_dir, workflow):
-    env = make(cache_dir, workflow=workflow, max_turns=4)
+def test_oracle_reaches_reward_one_on_generated_multi_hop_tasks(cache_dir, workflow, world):
+    env = make(cache_dir, workflow=workflow, max_turns=4, world=world)
     hops_seen = set()
     for index in range(0, 70, 3):
         transitions = play(env, OracleSearchTeam(), options={"task_index": index})
@@ -144,6 +146,29 @@ def test_generated_questions_need_retrieval():
     people_train = {t.meta["path"][0] for t in world.tasks["train"]}
     people_test = {t.meta["path"][0] for t in world.tasks["test"]}
     assert not people_train & people_test
+
+
+def test_compact_world_is_short_and_holds_500_one_hop_test_questions(cache_dir):
+    world = build_world(0, compact=True)
+    assert build_world(0, compact=True) == world  # a pure function of the seed
+    texts = {d["title"]: d["text"] for d in world.documents}
+    assert max(len(t) for t in texts.values()) <= 60
+    people = {t.meta["path"][0] for tasks in world.tasks.values() for t in tasks}
+    assert max(len(p) for p in people) <= 6
+    assert sum(t.meta["hops"] == 1 for t in world.tasks["test"]) == 500
+    for task in world.tasks["test"]:
+        assert task.answers[0] not in re.findall(r"\w+(?: Co)?", task.question)
+        assert task.answers[0] in texts[task.meta["path"][-1]]
+    # its own ids, so the two worlds' tasks and documents never collide
+    assert not {d["id"] for d in world.documents} & {d["id"] for d in build_world(0).documents}
+    # searching the person's name, as the question spells it, finds their document
+    env = make(cache_dir, workflow="single", world="compact", split="test", hops=1, top_k=2)
+    assert env.num_tasks == 500
+    for index in range(0, 500, 10):
+        env.reset(options={"task_index": index})
+        task = env.current_task
+        env.step({"agent_0": f"<search>{task.meta['path'][0]}</search>"})
+        assert task.supporting_ids[0] in env.last_transition.info["retrieved_ids"]["agent_0"]
 
 
 def test_oracle_on_a_hotpotqa_sample(cache_dir):
@@ -250,6 +275,7 @@ def test_custom_task_and_verifier_rejection_feedback(cache_dir):
     ({"top_k": 0}, "top_k=0"),
     ({"max_turns": 0}, "max_turns=0"),
     ({"hops": (4,)}, "hops"),
+    ({"world": "tiny"}, "world='tiny'"),
     ({"dataset": "x.jsonl"}, "needs corpus="),
     ({"prompts": {"agent": "no placeholders"}}, "missing"),
 ])

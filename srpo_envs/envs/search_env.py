@@ -50,7 +50,9 @@ or rounds (parallel) without one.
 
 ## Arguments
 See ``SearchEnvConfig``. ``retriever`` may also be a ready ``Retriever`` object, so
-many envs can share one index.
+many envs can share one index. ``world="compact"`` swaps the generated world for one a
+byte-level tiny policy can read (short names, one-sentence facts); the default world
+and the dataset paths are for real models.
 
 ## Version history
 - v0: initial release.
@@ -87,6 +89,7 @@ from srpo_envs.text import (
 )
 
 WORKFLOWS = ("single", "parallel", "search_answer_verify")
+WORLDS = ("default", "compact")
 TAGS = ("search", "answer", "information", "verdict")
 _ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
 _VERDICT = re.compile(r"<verdict>\s*(accept|reject)\s*</verdict>", re.IGNORECASE)
@@ -144,6 +147,10 @@ class SearchEnvConfig:
     split: str = "train"
     """Generated world's question split: "train" or "test" (disjoint people)."""
     world_seed: int = 0
+    world: str = "default"
+    """The generated world's form: "default" (for real models) or "compact" (short names
+    and one-sentence facts, 500 one-hop test questions; for a byte-level tiny policy, see
+    ``srpo_envs.search_world``). Ignored with ``dataset``."""
     hops: tuple[int, ...] = (1, 2, 3)
     """Generated questions to keep, by number of hops."""
     max_output_chars: int = 2048
@@ -164,6 +171,8 @@ class SearchEnvConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                 raise ValueError(f"{name}={value!r}: expected an int in {low}..{high}")
+        if self.world not in WORLDS:
+            raise ValueError(f"world={self.world!r}: expected one of {WORLDS}")
         if self.split not in ("train", "test"):
             raise ValueError(f"split={self.split!r}: expected 'train' or 'test'")
         self.hops = (self.hops,) if isinstance(self.hops, int) else tuple(self.hops)
@@ -182,10 +191,10 @@ def _is_url(value: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=4)
-def generated_world(world_seed: int) -> tuple[World, Corpus]:
+def generated_world(world_seed: int, world_form: str = "default") -> tuple[World, Corpus]:
     """The world of ``world_seed`` and its corpus, built once per process: a run creates
     hundreds of envs over the same world (about 30 ms each to rebuild)."""
-    world = build_world(world_seed)
+    world = build_world(world_seed, compact=world_form == "compact")
     return world, corpus_from_records(world.documents)
 
 
@@ -193,6 +202,17 @@ def parse_action(text: str | None) -> tuple[str, str] | None:
     """("search" | "answer", content) from the first complete tag, or None."""
     match = _ACTION.search(text or "")
     return (match.group(1).lower(), match.group(2).strip()) if match else None
+
+
+def well_formed(role: str, text: str | None) -> bool:
+    """Whether ``text`` is a well-formed action of ``role``: a verdict tag for the
+    verifier, an answer tag for the answerer, otherwise a complete search or answer tag
+    (what the env acts on; anything else is an invalid action, or for the verifier an
+    implicit accept)."""
+    if role == "verifier":
+        return bool(_VERDICT.search(text or ""))
+    action = parse_action(text)
+    return action is not None and (role != "answerer" or action[0] == "answer")
 
 
 class SearchEnv(EventEnv):
@@ -222,7 +242,7 @@ class SearchEnv(EventEnv):
     def _load_source(self) -> tuple[list[SearchTask], Corpus | None]:
         config = self.config
         if config.dataset is None:
-            world, corpus = generated_world(config.world_seed)
+            world, corpus = generated_world(config.world_seed, config.world)
             tasks = [t for t in world.tasks[config.split] if t.meta["hops"] in config.hops]
             return tasks, corpus
         tasks = load_search_tasks(config.dataset, config.dataset_config, config.dataset_split)
