@@ -17,11 +17,13 @@ The world, corpus and questions are pure functions of ``world_seed`` (and the si
 questions of the ``train`` and ``test`` splits use disjoint sets of people.
 
 ``compact=True`` builds the same relations in a form a byte-level model of about 1M
-parameters can read: short names made of two or three letter-pairs ("Tovi", "Bex"),
+parameters can read: short names made of two or three letter-pairs ("Tovi", "Bex");
 one short document per entity that states only the relations the questions use
-("Tovi was born in Bex. Tovi works for Rami Co."), and 1000 people by default, so the
-test split has 500 one-hop questions. The default world (longer names, distractor facts
-such as jobs and years) is the one for real models.
+("Tovi was born in Bex. Tovi works for Rami Co."); questions that start with the
+person's name, in the documents' own words ("Tovi was born in which city?"), so the
+query to write is the question's first word; and 6000 people by default, so names
+cannot be memorized and must be copied. The default world (longer names, the name in
+mid-question, distractor facts such as jobs and years) is the one for real models.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def _word(rng: random.Random, syllables: int) -> str:
                    for _ in range(syllables)).capitalize()
 
 
-_SHORT_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z")
+_SHORT_ONSETS = ("b", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v",
+                 "w", "y", "z")
 _SHORT_VOWELS = ("a", "e", "i", "o", "u")
 _SHORT_CODAS = ("b", "d", "g", "k", "l", "m", "n", "r", "s", "t", "x")
 
@@ -77,9 +80,9 @@ def build_world(world_seed: int = 0, n_people: int | None = None, n_companies: i
                 n_cities: int = 40, n_countries: int = 12, test_fraction: float = 0.25,
                 compact: bool = False) -> World:
     """The world of ``world_seed``: a corpus (id/title/text dicts) and tasks per split.
-    ``n_people`` defaults to 400 (1000 with ``compact``)."""
+    ``n_people`` defaults to 400 (6000 with ``compact``)."""
     if n_people is None:
-        n_people = 1000 if compact else 400
+        n_people = 6000 if compact else 400
     for name, value, low in (("n_people", n_people, 8), ("n_companies", n_companies, 2),
                              ("n_cities", n_cities, 2), ("n_countries", n_countries, 2)):
         if not isinstance(value, int) or value < low:
@@ -157,6 +160,20 @@ def build_world(world_seed: int = 0, n_people: int | None = None, n_companies: i
     def chains(p: str) -> list[tuple[str, str, list[str]]]:
         company = works[p]
         boss = founder[company]
+        if compact:
+            # The person's name first, in the documents' own words: the name to search
+            # for is always the question's first word.
+            return [
+                (f"{p} was born in which city?", born[p], [p]),
+                (f"{p} works for which company?", company, [p]),
+                (f"{p} was born in which country?", city_country[born[p]], [p, born[p]]),
+                (f"{p}'s company is in which city?", headquarters[company], [p, company]),
+                (f"{p}'s company was founded by whom?", boss, [p, company]),
+                (f"{p}'s company is in which country?", city_country[headquarters[company]],
+                 [p, company, headquarters[company]]),
+                (f"{p}'s company's founder was born in which city?", born[boss],
+                 [p, company, boss]),
+            ]
         return [
             (f"In which city was {p} born?", born[p], [p]),
             (f"Which company does {p} work for?", company, [p]),

@@ -149,7 +149,7 @@ class SearchEnvConfig:
     world_seed: int = 0
     world: str = "default"
     """The generated world's form: "default" (for real models) or "compact" (short names
-    and one-sentence facts, 500 one-hop test questions; for a byte-level tiny policy, see
+    and one-sentence facts, 3000 one-hop test questions; for a byte-level tiny policy, see
     ``srpo_envs.search_world``). Ignored with ``dataset``."""
     hops: tuple[int, ...] = (1, 2, 3)
     """Generated questions to keep, by number of hops."""

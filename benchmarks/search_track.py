@@ -1,0 +1,140 @@
+"""The tiny policy's search track: can a warm-started team search and answer?
+
+    python benchmarks/search_track.py [--workflows parallel search_answer_verify]
+        [--steps 150] [--minutes 5] [--tasks 500] [--k 2] [--out runs/search-track]
+
+Per workflow: warm-start the tiny policy (``srpo_agents.warmstart``: supervised steps on
+the env's own oracle trajectories) on SRPO-Search-v0's compact world, one-hop questions,
+then run it on held-out (test-split) questions and measure:
+
+- **well-formed tags**: the share of turns whose text is a well-formed action of its
+  role (``srpo_envs.envs.search_env.well_formed``), overall and per role;
+- **retrieval**: the share of first-round queries whose top k holds the question's gold
+  document, and the share of questions where at least one first-round query did;
+- **accuracy**: held-out avg@k and pass@k (exact match after SQuAD normalization).
+
+A warm start whose settings match is read back from ``OUT/WORKFLOW/warmstart``. Writes
+``benchmarks/results/search_track.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from machine import describe
+
+from srpo_agents.config import TrainConfig
+from srpo_agents.envs import env_factory
+from srpo_agents.evaluate import eval_pool
+from srpo_agents.rollout import RolloutEngine
+from srpo_agents.train import prepare_policy
+from srpo_envs.envs.search_env import well_formed
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def track_config(workflow: str, out: str, steps: int, minutes: float, seed: int = 0,
+                 **overrides) -> TrainConfig:
+    """The tiny search track: compact world, one-hop questions, 2 rounds."""
+    return TrainConfig(**{
+        "env": "SRPO-Search-v0", "workflow": workflow, "n_agents": 2, "max_turns": 2,
+        "model": "tiny", "max_new_tokens": 32, "seed": seed, "out": out,
+        "warmstart_steps": steps, "warmstart_decay": True, "warmstart_minutes": minutes,
+        "warmstart_target": 1.0, "extra_env_kwargs": {"hops": [1]}, **overrides})
+
+
+def measure(engine: RolloutEngine, config: TrainConfig, tasks: int, k: int) -> dict:
+    envs = eval_pool(env_factory(config, "test"), 128, config.seed)
+    tasks = min(tasks, envs[0].num_tasks)
+    jobs = [(t, j) for t in range(tasks) for j in range(k)]
+    turns, good = Counter(), Counter()
+    queries = query_hits = 0
+    correct = np.zeros((tasks, k))
+    found = np.zeros((tasks, k))
+    for start in range(0, len(jobs), len(envs)):
+        chunk = jobs[start:start + len(envs)]
+        options = [{"task_index": t, "episode_id": f"track-t{t}-k{j}"} for t, j in chunk]
+        pool = envs[:len(chunk)]
+        for (t, j), env, rollout in zip(chunk, pool, engine.run(pool, options), strict=True):
+            gold = set(env.task(t).supporting_ids)
+            first_search = True
+            for transition in rollout.transitions:
+                for output in transition.consumed:
+                    turns[output.role] += 1
+                    good[output.role] += well_formed(output.role, output.text)
+                retrieved = transition.info.get("retrieved_ids")
+                if retrieved is not None and first_search:
+                    first_search = False
+                    hits = [bool(gold & set(ids)) for ids in retrieved.values()]
+                    queries += len(hits)
+                    query_hits += sum(hits)
+                    found[t, j] = any(hits)
+            correct[t, j] = bool(rollout.correct)
+    per_task = correct.mean(axis=1)
+    return {
+        "tasks": tasks, "k": k,
+        "well_formed": sum(good.values()) / max(1, sum(turns.values())),
+        "well_formed_by_role": {r: good[r] / turns[r] for r in sorted(turns)},
+        "turns_by_role": dict(sorted(turns.items())),
+        "first_round_queries": queries,
+        "query_gold_in_top_k": query_hits / max(1, queries),
+        "question_gold_in_top_k": float(found.mean()),
+        "avg_at_k": float(per_task.mean()),
+        "avg_at_k_stderr": float(per_task.std(ddof=1) / np.sqrt(tasks)) if tasks > 1 else 0.0,
+        "pass_at_k": float(correct.max(axis=1).mean()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workflows", nargs="+", default=["parallel", "search_answer_verify"])
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument("--tasks", type=int, default=500)
+    parser.add_argument("--k", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/search-track")
+    args = parser.parse_args()
+    results = {}
+    for workflow in args.workflows:
+        run_dir = Path(args.out) / workflow
+        config = track_config(workflow, str(run_dir), args.steps, args.minutes, args.seed)
+        policy, meta = prepare_policy(config, run_dir, print)
+        engine = RolloutEngine(policy, max_new_tokens=config.max_new_tokens, seed=args.seed)
+        results[workflow] = {"warm_start": {k: v for k, v in meta.items() if k != "settings"},
+                             **measure(engine, config, args.tasks, args.k)}
+        print(workflow, json.dumps(results[workflow]), flush=True)
+    command = (f"python benchmarks/search_track.py --workflows {' '.join(args.workflows)} "
+               f"--steps {args.steps} --minutes {args.minutes:g} --tasks {args.tasks} "
+               f"--k {args.k} --seed {args.seed} --out {args.out}")
+    lines = ["# The tiny policy's search track", "", f"Command: `{command}`", "",
+             f"Machine: {describe()}.", "",
+             "SRPO-Search-v0, compact world, one-hop test-split questions, 2 searchers "
+             "(parallel), 2 rounds, top 2 passages per query. Warm start: supervised steps "
+             "on the env's oracle trajectories (batch 64, lr 3e-3, warm-up and cosine "
+             "decay).", "",
+             "| workflow | warm start | well-formed turns | by role | first-round queries "
+             "with gold in top k | questions with gold in top k | avg@k | pass@k |",
+             "|---|---|---:|---|---:|---:|---:|---:|"]
+    for workflow, r in results.items():
+        w = r["warm_start"]
+        roles = ", ".join(f"{role} {v:.3f}" for role, v in r["well_formed_by_role"].items())
+        lines.append(
+            f"| {workflow} | {w['steps']} steps, {w['seconds']:.0f} s | {r['well_formed']:.3f} "
+            f"| {roles} | {r['query_gold_in_top_k']:.3f} | {r['question_gold_in_top_k']:.3f} "
+            f"| {r['avg_at_k']:.3f} ± {r['avg_at_k_stderr']:.3f} | {r['pass_at_k']:.3f} |")
+    lines += ["", f"Held-out: {next(iter(results.values()))['tasks']} questions x "
+              f"k={args.k}; ± is the standard error over questions."]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "search_track.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / "search_track.json").write_text(json.dumps(results, indent=2) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
