@@ -29,7 +29,7 @@ from machine import describe
 
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
-from srpo_agents.evaluate import eval_pool
+from srpo_agents.evaluate import eval_pool, run_tasks
 from srpo_agents.rollout import RolloutEngine
 from srpo_agents.train import prepare_policy
 from srpo_envs.envs.search_env import well_formed
@@ -50,30 +50,25 @@ def track_config(workflow: str, out: str, steps: int, minutes: float, seed: int 
 def measure(engine: RolloutEngine, config: TrainConfig, tasks: int, k: int) -> dict:
     envs = eval_pool(env_factory(config, "test"), 128, config.seed)
     tasks = min(tasks, envs[0].num_tasks)
-    jobs = [(t, j) for t in range(tasks) for j in range(k)]
     turns, good = Counter(), Counter()
     queries = query_hits = 0
     correct = np.zeros((tasks, k))
     found = np.zeros((tasks, k))
-    for start in range(0, len(jobs), len(envs)):
-        chunk = jobs[start:start + len(envs)]
-        options = [{"task_index": t, "episode_id": f"track-t{t}-k{j}"} for t, j in chunk]
-        pool = envs[:len(chunk)]
-        for (t, j), env, rollout in zip(chunk, pool, engine.run(pool, options), strict=True):
-            gold = set(env.task(t).supporting_ids)
-            first_search = True
-            for transition in rollout.transitions:
-                for output in transition.consumed:
-                    turns[output.role] += 1
-                    good[output.role] += well_formed(output.role, output.text)
-                retrieved = transition.info.get("retrieved_ids")
-                if retrieved is not None and first_search:
-                    first_search = False
-                    hits = [bool(gold & set(ids)) for ids in retrieved.values()]
-                    queries += len(hits)
-                    query_hits += sum(hits)
-                    found[t, j] = any(hits)
-            correct[t, j] = bool(rollout.correct)
+    for t, j, env, rollout in run_tasks(engine, envs, range(tasks), k, tag="track"):
+        gold = set(env.task(t).supporting_ids)
+        first_search = True
+        for transition in rollout.transitions:
+            for output in transition.consumed:
+                turns[output.role] += 1
+                good[output.role] += well_formed(output.role, output.text)
+            retrieved = transition.info.get("retrieved_ids")
+            if retrieved is not None and first_search:
+                first_search = False
+                hits = [bool(gold & set(ids)) for ids in retrieved.values()]
+                queries += len(hits)
+                query_hits += sum(hits)
+                found[t, j] = any(hits)
+        correct[t, j] = bool(rollout.correct)
     per_task = correct.mean(axis=1)
     return {
         "tasks": tasks, "k": k,

@@ -20,7 +20,7 @@ import numpy as np
 
 from srpo_agents.demo import demo_config
 from srpo_agents.envs import env_factory
-from srpo_agents.evaluate import eval_pool
+from srpo_agents.evaluate import eval_pool, run_tasks
 from srpo_agents.policy import load_policy
 from srpo_agents.rollout import RolloutEngine
 
@@ -30,29 +30,25 @@ def team_roles(policy_dir: str, tasks: int, k: int, seed: int = 1) -> dict[str, 
     engine = RolloutEngine(load_policy(policy_dir), max_new_tokens=config.max_new_tokens,
                            seed=seed)
     envs = eval_pool(env_factory(config, "test"), 256, seed)
-    jobs = [(t, j) for t in range(tasks) for j in range(k)]
+    episodes = tasks * k
     counts, agreeing, follows = Counter(), 0, 0
-    for start in range(0, len(jobs), len(envs)):
-        chunk = jobs[start:start + len(envs)]
-        rollouts = engine.run(envs[:len(chunk)], [{"task_index": t, "episode_id": f"r{t}-{j}"}
-                                                  for t, j in chunk])
-        for rollout in rollouts:
-            solve, final = rollout.transitions[0].info, rollout.transitions[-1].info
-            right = list(solve["member_correct"].values())
-            answers = [a for a in solve["member_answers"].values() if a]
-            chosen = final.get("final_answer")
-            counts["solver right"] += float(np.mean(right))
-            counts["any solver right"] += any(right)
-            counts["majority right"] += solve["correct"]
-            counts["team right"] += bool(final["correct"])
-            counts["aggregator copies a solver"] += chosen in answers
-            majority = solve["majority_answer"]
-            if answers.count(majority) >= 2:
-                agreeing += 1
-                follows += chosen == majority
-    out = {key: value / len(jobs) for key, value in counts.items()}
+    for _, _, _, rollout in run_tasks(engine, envs, range(tasks), k, tag="roles"):
+        solve, final = rollout.transitions[0].info, rollout.transitions[-1].info
+        right = list(solve["member_correct"].values())
+        answers = [a for a in solve["member_answers"].values() if a]
+        chosen = final.get("final_answer")
+        counts["solver right"] += float(np.mean(right))
+        counts["any solver right"] += any(right)
+        counts["majority right"] += solve["correct"]
+        counts["team right"] += bool(final["correct"])
+        counts["aggregator copies a solver"] += chosen in answers
+        majority = solve["majority_answer"]
+        if answers.count(majority) >= 2:
+            agreeing += 1
+            follows += chosen == majority
+    out = {key: value / episodes for key, value in counts.items()}
     out["aggregator follows a majority"] = follows / max(agreeing, 1)
-    out["episodes with a majority"] = agreeing / len(jobs)
+    out["episodes with a majority"] = agreeing / episodes
     return out
 
 

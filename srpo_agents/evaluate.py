@@ -11,7 +11,7 @@ likewise for search queries.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,23 +23,32 @@ def _episode_correct(rollout) -> bool:
     return bool(rollout.correct) if rollout.correct is not None else rollout.reward > 0
 
 
+def run_tasks(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int], k: int,
+              tag: str = "eval") -> Iterator[tuple[int, int, Any, Any]]:
+    """``(task, sample, env, rollout)`` for ``k`` episodes of each task, played on the
+    given env pool (reused in chunks of its size); ``env`` is the one that played it."""
+    jobs = [(t, j) for t in task_indices for j in range(k)]
+    for start in range(0, len(jobs), len(envs)):
+        chunk = jobs[start:start + len(envs)]
+        pool = envs[:len(chunk)]
+        options = [{"task_index": t, "episode_id": f"{tag}-t{t}-k{j}"} for t, j in chunk]
+        for (t, j), env, rollout in zip(chunk, pool, engine.run(pool, options), strict=True):
+            yield t, j, env, rollout
+
+
 def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int], k: int,
              tag: str = "eval") -> dict[str, Any]:
     """Run ``k`` episodes of each task on the given env pool (reused in chunks)."""
-    jobs = [(t, j) for t in task_indices for j in range(k)]
     correct: dict[int, list[bool]] = {t: [] for t in task_indices}
     tokens, calls, em, f1 = [], [], [], []
-    for start in range(0, len(jobs), len(envs)):
-        chunk = jobs[start:start + len(envs)]
-        options = [{"task_index": t, "episode_id": f"{tag}-t{t}-k{j}"} for t, j in chunk]
-        for (t, _), rollout in zip(chunk, engine.run(envs[:len(chunk)], options), strict=True):
-            correct[t].append(_episode_correct(rollout))
-            tokens.append(rollout.generated_tokens)
-            calls.append(rollout.tool_calls)
-            final = rollout.transitions[-1].info if rollout.transitions else {}
-            if "em" in final:
-                em.append(float(final["em"]))
-                f1.append(float(final.get("f1", 0.0)))
+    for t, _, _, rollout in run_tasks(engine, envs, task_indices, k, tag):
+        correct[t].append(_episode_correct(rollout))
+        tokens.append(rollout.generated_tokens)
+        calls.append(rollout.tool_calls)
+        final = rollout.transitions[-1].info if rollout.transitions else {}
+        if "em" in final:
+            em.append(float(final["em"]))
+            f1.append(float(final.get("f1", 0.0)))
     per_task_avg = np.array([np.mean(v) for v in correct.values()])
     per_task_pass = np.array([float(any(v)) for v in correct.values()])
     n = len(per_task_avg)
