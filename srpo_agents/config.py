@@ -82,8 +82,15 @@ class TrainConfig:
     instead of leaving it where a large step's noise put it."""
     warmstart_skill: float = 0.75
     """Tiny model only: accuracy of the scripted team whose trajectories the warm start
-    imitates. Solvers imitate only right solutions; the aggregator imitates the
-    majority of all three, so a lower skill teaches it to follow the solvers."""
+    imitates. Math: solvers imitate only right solutions; the aggregator imitates the
+    majority of all three, so a lower skill teaches it to follow the solvers. Search: a
+    query misspells its title with probability 1 - skill (not imitated); the readers
+    imitate what to do after a failed search (``OracleSearchTeam``)."""
+    warmstart_first_roles: tuple[str, ...] = ()
+    """Tiny model only: roles whose examples alone fill the first
+    ``warmstart_first_steps`` steps of the warm start (a curriculum: the searcher's short
+    copy examples before the long reader prompts); then every role's."""
+    warmstart_first_steps: int = 0
     warmstart_dir: str = ""
     """Tiny model only: folder that caches the warm start (default: the run directory),
     so that runs of several algorithms can share one."""
@@ -121,13 +128,23 @@ class TrainConfig:
             raise ValueError(f"warmstart_skill={self.warmstart_skill!r}: expected a "
                              f"probability in [0, 1]")
         for name in ("steps", "eval_every", "save_every", "minibatch_units", "warmstart_steps",
-                     "curve_tasks"):
+                     "warmstart_first_steps", "curve_tasks"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}={value!r}: expected an int >= 0")
         if self.group_size < 2:
             raise ValueError(f"group_size={self.group_size!r}: a relative advantage needs "
                              f"at least 2 rollouts per task")
+        self.warmstart_first_roles = tuple(self.warmstart_first_roles)
+        if bool(self.warmstart_first_roles) != bool(self.warmstart_first_steps):
+            raise ValueError(
+                f"warmstart_first_roles={self.warmstart_first_roles!r} and "
+                f"warmstart_first_steps={self.warmstart_first_steps!r}: expected both set "
+                f"(roles and a step count > 0) or neither")
+        if self.warmstart_steps and self.warmstart_first_steps >= self.warmstart_steps:
+            raise ValueError(f"warmstart_first_steps={self.warmstart_first_steps!r}: expected "
+                             f"fewer than warmstart_steps={self.warmstart_steps!r}, so every "
+                             f"role gets steps")
         if self.warmstart_decay and not self.warmstart_steps:
             raise ValueError("warmstart_decay=True needs warmstart_steps > 0: the cosine "
                              "decay runs over a known number of steps")

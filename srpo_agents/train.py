@@ -58,6 +58,8 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
                       steps=config.warmstart_steps, skill=config.warmstart_skill,
                       warmup=DECAY_WARMUP if config.warmstart_decay else 0,
                       decay=config.warmstart_decay,
+                      first_roles=config.warmstart_first_roles,
+                      first_steps=config.warmstart_first_steps,
                       seed=config.seed, max_new_tokens=config.max_new_tokens, log=log)
 
 

@@ -35,22 +35,23 @@ META = "warmstart.json"
 
 def reference_examples(make_env: Callable[[int], Any], episodes: int, seed: int,
                        skill: float = 0.75) -> list[tuple[str, str, str]]:
-    """(role, prompt, text) of every consumed output worth imitating."""
+    """(role, prompt, text) of every consumed output worth imitating, from ``episodes``
+    episodes of a scripted team: on math ``ScriptedMathTeam(skill)`` (only right
+    solutions are kept), on search ``OracleSearchTeam(slip=1 - skill)`` (slipped queries
+    are dropped; what the team does after them is kept)."""
     from srpo_envs.scripted import OracleSearchTeam, ScriptedMathTeam
 
     env = make_env(seed)
     is_math = env.metadata.get("name") == "srpo_math_v0"
-    team = ScriptedMathTeam(skill=skill, seed=seed) if is_math else OracleSearchTeam()
+    team = (ScriptedMathTeam(skill=skill, seed=seed) if is_math
+            else OracleSearchTeam(slip=1.0 - skill, seed=seed))
     examples = []
     for _ in range(episodes):
         observations, _ = env.reset()
         while env.agents:
             observations, *_ = env.step(team.act(env, observations))
-        for t in env.transitions:
-            for c in t.consumed:
-                if is_math and c.role == "solver" and c.text != env.current_task.solution:
-                    continue
-                examples.append((c.role, c.prompt, c.text))
+        examples += [(c.role, c.prompt, c.text) for t in env.transitions for c in t.consumed
+                     if team.imitable(env, c)]
     return examples
 
 
@@ -106,6 +107,7 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                seed: int, max_new_tokens: int, steps: int = 0, episodes: int = 20000,
                check_every: int = 50, eval_tasks: int = 64, skill: float = 0.75,
                lr: float = 3e-3, batch_size: int = 64, warmup: int = 0, decay: bool = False,
+               first_roles: tuple[str, ...] = (), first_steps: int = 0,
                log=print) -> tuple[Policy, dict]:
     """Build (or load from ``run_dir/warmstart``) the warm-started tiny policy.
 
@@ -114,7 +116,9 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     whichever comes first. A step limit makes the result independent of the machine's
     speed; the time limit is then a safety cap. ``skill``: the scripted team's accuracy
     (see ``reference_examples``). ``warmup``: steps of linear lr warm-up; ``decay``:
-    cosine decay of the lr to a tenth over ``steps`` (needs ``steps``)."""
+    cosine decay of the lr to a tenth over ``steps`` (needs ``steps``). ``first_roles``,
+    ``first_steps``: the first steps sample only those roles' examples (a curriculum:
+    short prompts that teach a skill, such as copying a name, before the long ones)."""
     if decay and not steps:
         raise ValueError("warm_start(decay=True) needs steps > 0: the cosine decay runs "
                          "over a known number of steps")
@@ -123,6 +127,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                 "check_every": check_every, "eval_tasks": eval_tasks, "skill": skill,
                 "steps": steps, "lr": lr, "batch_size": batch_size, "warmup": warmup,
                 "decay": decay, "version": 2}
+    if first_steps:  # only when used, so caches of earlier warm starts stay valid
+        settings.update(first_roles=list(first_roles), first_steps=first_steps)
     meta_path = out / META
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
@@ -134,6 +140,11 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     texts = [p for _, p, _ in examples] + [t for _, _, t in examples]
     policy = build_tiny_policy(texts, Path(run_dir) / "tiny-init", seed=seed)
     encoded = _encode(policy, examples)
+    first_pool = [e for e, (role, _, _) in zip(encoded, examples, strict=True)
+                  if role in first_roles]
+    if first_steps and not first_pool:
+        raise ValueError(f"first_roles={tuple(first_roles)!r}: no reference example has "
+                         f"one of these roles (roles: {sorted({r for r, _, _ in examples})})")
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr, weight_decay=0.01)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, warmup, steps if decay else 0))
@@ -153,7 +164,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     while time.monotonic() - start < minutes * 60 and not (steps and done >= steps):
         policy.model.train()
         # sorted by length so each micro-batch pads little
-        batch = sorted(rng.sample(encoded, min(batch_size, len(encoded))),
+        pool = first_pool if done < first_steps else encoded
+        batch = sorted(rng.sample(pool, min(batch_size, len(pool))),
                        key=lambda e: len(e[0]))
         optimizer.zero_grad(set_to_none=True)
         # Micro-batches of 16 rows: large activation tensors cost more in fresh memory

@@ -12,6 +12,7 @@ with noise, useful only to exercise the environments.
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 from fractions import Fraction
 
@@ -49,6 +50,12 @@ class ScriptedMathTeam:
             return f"{head}= {answer}. \\boxed{{{answer}}}"
         return f"Working it out step by step. The answer is \\boxed{{{answer}}}."
 
+    @staticmethod
+    def imitable(env: MathEnv, output) -> bool:
+        """Whether a consumed output is worth imitating: a solver's only when it is the
+        reference solution (a right one), every other role's always."""
+        return output.role != "solver" or output.text == env.current_task.solution
+
     def act(self, env: MathEnv, observations: dict[str, str]) -> dict[str, str]:
         """Texts for every live agent; agents not due get a filler that the env ignores."""
         gold = env.current_task.answer
@@ -78,7 +85,22 @@ class OracleSearchTeam:
     one new title per search, and answering with the gold answer once every supporting
     document has been retrieved or every title searched (the aggregator waits for that,
     the verifier rejects until then). Tests check which gold documents its searches
-    actually retrieved: that shows they can be found by their titles within the budget."""
+    actually retrieved: that shows they can be found by their titles within the budget.
+
+    ``slip``: the probability that a query misspells its title (one letter changed), so
+    it usually misses. The team then behaves as a careful one should: the answerer writes
+    ``<answer>unknown</answer>``, the verifier rejects, the aggregator asks for another
+    round, and the next query spells the title right unless it slips too. A warm start
+    imitating it (``imitable`` drops the slipped queries) sees what to do after a failed
+    search, which a team that never fails cannot show."""
+
+    UNKNOWN = "unknown"
+
+    def __init__(self, slip: float = 0.0, seed: int = 0):
+        if not 0.0 <= slip <= 1.0:
+            raise ValueError(f"slip={slip!r}: expected a probability in [0, 1]")
+        self.slip = slip
+        self.rng = random.Random(seed)
 
     def _retrieved(self, env) -> set[str]:
         found: set[str] = set()
@@ -87,24 +109,54 @@ class OracleSearchTeam:
                 found.update(ids)
         return found
 
+    @staticmethod
+    def _titles(env) -> list[str]:
+        task = env.current_task
+        return [env.title_of(i) or i for i in task.supporting_ids] or [task.question]
+
+    def _misspell(self, title: str) -> str:
+        letters = [i for i, ch in enumerate(title) if ch.isalpha()]
+        if not letters:
+            return title + "x"
+        i = self.rng.choice(letters)
+        swap = self.rng.choice([c for c in "aeioukmstz" if c != title[i].lower()])
+        return title[:i] + (swap.upper() if title[i].isupper() else swap) + title[i + 1:]
+
+    def imitable(self, env, output) -> bool:
+        """Whether a consumed output is worth imitating: every output but a slipped
+        query (a search for something that is not a supporting title)."""
+        if output.role not in ("searcher", "agent"):
+            return True
+        match = re.search(r"<search>(.*?)</search>", output.text)
+        return match is None or match.group(1) in self._titles(env)
+
     def act(self, env, observations: dict[str, str]) -> dict[str, str]:
         task = env.current_task
-        titles = [env.title_of(i) or i for i in task.supporting_ids] or [task.question]
-        searches = sum(t.info.get("tool_calls", 0) for t in env.transitions)
+        titles = self._titles(env)
+        # Searches spelled right so far (a slipped one does not use up a title).
+        limit = env.config.max_query_chars  # queries are stored clipped to it
+        searches = sum(q in {t[:limit] for t in titles} for t in env.transitions
+                       for q in t.info.get("queries", {}).values())
         # Done once every gold document was seen, or every title was searched once.
         done = (set(task.supporting_ids) <= self._retrieved(env)) or searches >= len(titles)
         answer = f"<answer>{task.answers[0]}</answer>"
         actions = {agent: "(waiting)" for agent in env.agents}
         for rank, agent in enumerate(env.due_agents):
             role = env.roles[agent]
-            query = f"<search>{titles[(searches + rank) % len(titles)]}</search>"
+            title = titles[(searches + rank) % len(titles)]
+            if self.slip and self.rng.random() < self.slip:
+                title = self._misspell(title)
+            query = f"<search>{title}</search>"
             if role == "agent":
                 actions[agent] = answer if done else query
             elif role == "searcher":
                 actions[agent] = query
-            elif role in ("aggregator", "answerer"):
-                actions[agent] = answer if done or role == "answerer" else "<search>more</search>"
+            elif role == "aggregator":
+                actions[agent] = answer if done else "<search>more</search>"
+            elif role == "answerer":
+                actions[agent] = answer if done else f"<answer>{self.UNKNOWN}</answer>"
             else:
+                # A bare verdict: short enough for a tiny policy to imitate whole.
                 actions[agent] = ("<verdict>accept</verdict>" if done else
-                                  "<verdict>reject</verdict> search the next title")
+                                  "<verdict>reject</verdict>")
         return actions

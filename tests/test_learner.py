@@ -363,6 +363,41 @@ def test_warm_start_imitates_reference_trajectories_and_caches(tmp_path, env_id,
         assert torch.equal(a, b)
 
 
+def test_warm_start_curriculum_trains_the_first_roles_alone_first(tmp_path, monkeypatch):
+    import srpo_agents.warmstart as warmstart
+
+    monkeypatch.setenv("SRPO_CACHE_DIR", str(tmp_path / "cache"))
+    config = TrainConfig(env="SRPO-Search-v0", workflow="parallel", n_agents=2, model="tiny",
+                         warmstart_steps=4, warmstart_first_roles=("searcher",),
+                         warmstart_first_steps=2)
+    make_train, make_test = env_factory(config, "train"), env_factory(config, "test")
+    seen, real_loss = [], warmstart.sft_loss
+
+    def recording_loss(policy, batch):
+        seen.append({"searcher" if "Search for:" in policy.decode(ids[:n]) else "other"
+                     for ids, n in batch})
+        return real_loss(policy, batch)
+
+    monkeypatch.setattr(warmstart, "sft_loss", recording_loss)
+    _, meta = warmstart.warm_start(tmp_path, make_train, make_test, minutes=1, target=1.0,
+                                   seed=0, max_new_tokens=8, episodes=20, eval_tasks=2,
+                                   steps=4, batch_size=16, first_roles=("searcher",),
+                                   first_steps=2, log=lambda *_: None)
+    # one micro-batch of 16 rows per step: two searcher-only steps, then every role
+    assert meta["steps"] == 4 and len(seen) == 4
+    assert seen[0] == seen[1] == {"searcher"} and seen[2] | seen[3] == {"searcher", "other"}
+    assert meta["settings"]["first_roles"] == ["searcher"]
+    with pytest.raises(ValueError, match="first_roles=\\('solver',\\).*aggregator"):
+        warmstart.warm_start(tmp_path / "b", make_train, make_test, minutes=1, target=1.0,
+                             seed=0, max_new_tokens=8, episodes=4, eval_tasks=2, steps=2,
+                             first_roles=("solver",), first_steps=1, log=lambda *_: None)
+    with pytest.raises(ValueError, match="warmstart_first_roles=.*expected both"):
+        TrainConfig(warmstart_first_steps=5)
+    with pytest.raises(ValueError, match="warmstart_first_steps=5: expected fewer"):
+        TrainConfig(warmstart_steps=5, warmstart_first_roles=("searcher",),
+                    warmstart_first_steps=5)
+
+
 def test_per_role_policies_train_separately_and_resume(tiny_dir, tmp_path, monkeypatch):
     # An untrained policy earns no reward, so every group-relative advantage would be 0:
     # a registered estimator with alternating signs makes both roles really update.

@@ -148,6 +148,39 @@ def test_generated_questions_need_retrieval():
     assert not people_train & people_test
 
 
+@pytest.mark.parametrize("workflow", ["parallel", "search_answer_verify"])
+def test_oracle_with_slips_recovers_and_its_slipped_queries_are_not_imitable(cache_dir,
+                                                                           workflow):
+    env = make(cache_dir, workflow=workflow, world="compact", split="test", hops=1,
+               top_k=1, max_turns=2, n_searchers=2)
+    team = OracleSearchTeam(slip=1.0)   # every query misspelled: nothing found
+    transitions = play(env, team, options={"task_index": 0})
+    assert transitions[-1].reward == 0.0 and len(transitions) == (4 if workflow == "parallel"
+                                                                  else 6)
+    texts = {(c.role, c.text) for t in transitions for c in t.consumed}
+    reader = (("aggregator", "<search>more</search>") if workflow == "parallel"
+              else ("answerer", "<answer>unknown</answer>"))
+    assert reader in texts
+    name = env.current_task.meta["path"][0]
+    for t in transitions:
+        for c in t.consumed:   # a slipped query is never imitated; the rest always is
+            assert team.imitable(env, c) == (c.role != "searcher"), c
+            if c.role == "searcher":
+                assert c.text != f"<search>{name}</search>" and len(c.text) == len(name) + 17
+    # Half the queries slip: a slipped first round, then a right one, still succeeds.
+    team, recovered = OracleSearchTeam(slip=0.5, seed=1), 0
+    for index in range(30):
+        transitions = play(env, team, options={"task_index": index})
+        found = [bool(set(env.current_task.supporting_ids)
+                      & {i for ids in t.info.get("retrieved_ids", {}).values() for i in ids})
+                 for t in transitions if t.event_type == "search"]
+        assert transitions[-1].reward == float(any(found))
+        recovered += found == [False, True]
+    assert recovered > 0
+    with pytest.raises(ValueError, match="slip=1.5"):
+        OracleSearchTeam(slip=1.5)
+
+
 def test_compact_world_is_short_and_holds_3000_one_hop_test_questions(cache_dir):
     world = build_world(0, compact=True)
     assert build_world(0, compact=True) == world  # a pure function of the seed
@@ -158,6 +191,8 @@ def test_compact_world_is_short_and_holds_3000_one_hop_test_questions(cache_dir)
     assert sum(t.meta["hops"] == 1 for t in world.tasks["test"]) == 3000
     for task in world.tasks["test"]:
         assert task.answers[0] in texts[task.meta["path"][-1]]
+        # the name to search for is the last word: the same distance before every answer
+        assert task.question.endswith(f" {task.meta['path'][0]}?")
         # (a multi-hop answer may be the person asked about: a founder of their own
         # company, as in the default world)
         if task.meta["hops"] == 1:
