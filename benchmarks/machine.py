@@ -1,7 +1,9 @@
-"""What machine a benchmark ran on, for the header of its results table."""
+"""What machine a benchmark ran on, for the header of its results table, and writing
+the table with its data."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from pathlib import Path
@@ -19,3 +21,15 @@ def cpu_model() -> str:
 
 def describe() -> str:
     return f"{cpu_model()}, {os.cpu_count()} cores, python {platform.python_version()}"
+
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def write_results(name: str, lines: list[str], data) -> None:
+    """Write ``results/NAME.md`` (the lines) and ``results/NAME.json`` (the data), and
+    print the table."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    print("\n".join(lines))

@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from machine import describe
+from machine import describe, write_results
 
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
@@ -34,17 +34,18 @@ from srpo_agents.rollout import RolloutEngine
 from srpo_agents.train import prepare_policy
 from srpo_envs.envs.search_env import well_formed
 
-RESULTS = Path(__file__).resolve().parent / "results"
 
-
-def track_config(workflow: str, out: str, steps: int, minutes: float, seed: int = 0,
-                 **overrides) -> TrainConfig:
-    """The tiny search track: compact world, one-hop questions, 2 rounds."""
+def track_config(workflow: str, out: str, warmstart_steps: int, minutes: float, seed: int = 0,
+                 first_steps: int = 0, top_k: int = 2, **overrides) -> TrainConfig:
+    """The tiny search track: compact world, one-hop questions, 2 rounds; the warm start's
+    first ``first_steps`` steps train the searchers alone (the copy curriculum)."""
     return TrainConfig(**{
         "env": "SRPO-Search-v0", "workflow": workflow, "n_agents": 2, "max_turns": 2,
         "model": "tiny", "max_new_tokens": 32, "seed": seed, "out": out,
-        "warmstart_steps": steps, "warmstart_decay": True, "warmstart_minutes": minutes,
-        "warmstart_target": 1.0, "extra_env_kwargs": {"hops": [1]}, **overrides})
+        "warmstart_steps": warmstart_steps, "warmstart_decay": True, "warmstart_minutes": minutes,
+        "warmstart_target": 1.0, "warmstart_first_roles": ("searcher",) if first_steps else (),
+        "warmstart_first_steps": first_steps,
+        "extra_env_kwargs": {"hops": [1], "top_k": top_k}, **overrides})
 
 
 def measure(engine: RolloutEngine, config: TrainConfig, tasks: int, k: int) -> dict:
@@ -90,6 +91,9 @@ def main() -> None:
     parser.add_argument("--workflows", nargs="+", default=["parallel", "search_answer_verify"])
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument("--first-steps", type=int, default=0,
+                        help="warm-start steps on the searchers' examples alone, first")
+    parser.add_argument("--top-k", type=int, default=2, help="passages per query")
     parser.add_argument("--tasks", type=int, default=500)
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -98,21 +102,24 @@ def main() -> None:
     results = {}
     for workflow in args.workflows:
         run_dir = Path(args.out) / workflow
-        config = track_config(workflow, str(run_dir), args.steps, args.minutes, args.seed)
+        config = track_config(workflow, str(run_dir), args.steps, args.minutes, args.seed,
+                              first_steps=args.first_steps, top_k=args.top_k)
         policy, meta = prepare_policy(config, run_dir, print)
         engine = RolloutEngine(policy, max_new_tokens=config.max_new_tokens, seed=args.seed)
         results[workflow] = {"warm_start": {k: v for k, v in meta.items() if k != "settings"},
                              **measure(engine, config, args.tasks, args.k)}
         print(workflow, json.dumps(results[workflow]), flush=True)
     command = (f"python benchmarks/search_track.py --workflows {' '.join(args.workflows)} "
-               f"--steps {args.steps} --minutes {args.minutes:g} --tasks {args.tasks} "
+               f"--steps {args.steps} --first-steps {args.first_steps} --top-k {args.top_k} "
+               f"--minutes {args.minutes:g} --tasks {args.tasks} "
                f"--k {args.k} --seed {args.seed} --out {args.out}")
     lines = ["# The tiny policy's search track", "", f"Command: `{command}`", "",
              f"Machine: {describe()}.", "",
              "SRPO-Search-v0, compact world, one-hop test-split questions, 2 searchers "
-             "(parallel), 2 rounds, top 2 passages per query. Warm start: supervised steps "
-             "on the env's oracle trajectories (batch 64, lr 3e-3, warm-up and cosine "
-             "decay).", "",
+             f"(parallel), 2 rounds, top {args.top_k} passages per query. Warm start: "
+             f"supervised steps on the env's oracle trajectories (batch 64, lr 3e-3, warm-up "
+             f"and cosine decay), the first {args.first_steps} on the searchers' examples "
+             f"alone.", "",
              "| workflow | warm start | well-formed turns | by role | first-round queries "
              "with gold in top k | questions with gold in top k | avg@k | pass@k |",
              "|---|---|---:|---|---:|---:|---:|---:|"]
@@ -125,10 +132,7 @@ def main() -> None:
             f"| {r['avg_at_k']:.3f} ± {r['avg_at_k_stderr']:.3f} | {r['pass_at_k']:.3f} |")
     lines += ["", f"Held-out: {next(iter(results.values()))['tasks']} questions x "
               f"k={args.k}; ± is the standard error over questions."]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "search_track.md").write_text("\n".join(lines) + "\n")
-    (RESULTS / "search_track.json").write_text(json.dumps(results, indent=2) + "\n")
-    print("\n".join(lines))
+    write_results("search_track", lines, results)
 
 
 if __name__ == "__main__":

@@ -23,12 +23,15 @@ TINY_MATH_PROMPTS = {
     # answer comes from its solvers and their credit is real.
     "aggregator": "{answers}\nFinal: ",
 }
+# The history first and the question last: in every round the question (whose last
+# word, in the compact world, is the name to search for) ends the prompt, so the name
+# sits at one fixed distance before the reply, which a tiny model learns to copy fast.
 TINY_SEARCH_PROMPTS = {
-    "agent": "Q: {question}\n{history}",
-    "searcher": "Search for: {question}\n{history}",
-    "aggregator": "Q: {question}\n{history}\nAnswer or search: ",
-    "answerer": "Q: {question}\n{history}\nAnswer: ",
-    "verifier": "Q: {question}\n{history}\nProposed: {answer}\nVerdict: ",
+    "agent": "{history}\nQ: {question}\n",
+    "searcher": "{history}\nSearch for: {question}\n",
+    "aggregator": "{history}\nQ: {question}\nAnswer or search: ",
+    "answerer": "{history}\nQ: {question}\nAnswer: ",
+    "verifier": "{history}\nProposed: {answer}\nQ: {question}\nVerdict: ",
 }
 
 

@@ -19,11 +19,13 @@ questions of the ``train`` and ``test`` splits use disjoint sets of people.
 ``compact=True`` builds the same relations in a form a byte-level model of about 1M
 parameters can read: short names made of two or three letter-pairs ("Tovi", "Bex");
 one short document per entity that states only the relations the questions use
-("Tovi was born in Bex. Tovi works for Rami Co."); questions that start with the
-person's name, in the documents' own words ("Tovi was born in which city?"), so the
-query to write is the question's first word; and 6000 people by default, so names
-cannot be memorized and must be copied. The default world (longer names, the name in
-mid-question, distractor facts such as jobs and years) is the one for real models.
+("Tovi was born in Bex. Tovi works for Rami Co."); questions in the documents' own words
+that end with the person's name ("Was born in which city? Tovi"), so the query to write
+is the question's last word (with prompts that end with the question, as the learner's
+tiny prompts do, it sits at one distance before the reply in every round); and 6000
+people by default, so names cannot be memorized and must be copied. The default world
+(longer names, the name in mid-question, distractor facts such as jobs and years) is
+the one for real models.
 """
 
 from __future__ import annotations
@@ -161,17 +163,17 @@ def build_world(world_seed: int = 0, n_people: int | None = None, n_companies: i
         company = works[p]
         boss = founder[company]
         if compact:
-            # The person's name first, in the documents' own words: the name to search
-            # for is always the question's first word.
+            # The person's name last, after the documents' own words: the name to search
+            # for is always the question's last word (see the module docstring).
             return [
-                (f"{p} was born in which city?", born[p], [p]),
-                (f"{p} works for which company?", company, [p]),
-                (f"{p} was born in which country?", city_country[born[p]], [p, born[p]]),
-                (f"{p}'s company is in which city?", headquarters[company], [p, company]),
-                (f"{p}'s company was founded by whom?", boss, [p, company]),
-                (f"{p}'s company is in which country?", city_country[headquarters[company]],
+                (f"Was born in which city? {p}", born[p], [p]),
+                (f"Works for which company? {p}", company, [p]),
+                (f"Was born in which country? {p}", city_country[born[p]], [p, born[p]]),
+                (f"Company is in which city? {p}", headquarters[company], [p, company]),
+                (f"Company was founded by whom? {p}", boss, [p, company]),
+                (f"Company is in which country? {p}", city_country[headquarters[company]],
                  [p, company, headquarters[company]]),
-                (f"{p}'s company's founder was born in which city?", born[boss],
+                (f"Company's founder was born in which city? {p}", born[boss],
                  [p, company, boss]),
             ]
         return [

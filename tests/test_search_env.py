@@ -192,7 +192,7 @@ def test_compact_world_is_short_and_holds_3000_one_hop_test_questions(cache_dir)
     for task in world.tasks["test"]:
         assert task.answers[0] in texts[task.meta["path"][-1]]
         # the name to search for is the last word: the same distance before every answer
-        assert task.question.endswith(f" {task.meta['path'][0]}?")
+        assert task.question.endswith(f"? {task.meta['path'][0]}")
         # (a multi-hop answer may be the person asked about: a founder of their own
         # company, as in the default world)
         if task.meta["hops"] == 1:
