@@ -10,8 +10,7 @@ world's oracle trajectories (SRPO-Search-v0 ``search_answer_verify``, one-hop qu
 no slipped queries). That is the first phase of the search track's curriculum
 (``warmstart_first_roles``). Then one sampled query (temperature 1) for each of the first
 ``--tasks`` held-out questions, from the env's own first-round searcher prompt; a query
-counts when it is exactly ``<search>NAME</search>`` with the question's name. The final
-training loss is the response-token mean of the last batch. Seeds run one after the
+counts when it is exactly ``<search>NAME</search>`` with the question's name. Seeds run one after the
 other (each on the threads torch is given); a warm start whose settings match is read
 back from ``OUT/seedS/warmstart``. Writes ``benchmarks/results/search_copy.md``/``.json``.
 """

@@ -25,7 +25,8 @@ TINY_MATH_PROMPTS = {
 }
 # The history first and the question last: in every round the question (whose last
 # word, in the compact world, is the name to search for) ends the prompt, so the name
-# sits at one fixed distance before the reply, which a tiny model learns to copy fast.
+# sits at one fixed distance before the reply in every round (whether that makes the
+# copy come sooner is not settled: benchmarks/results/search_track.md).
 TINY_SEARCH_PROMPTS = {
     "agent": "{history}\nQ: {question}\n",
     "searcher": "{history}\nSearch for: {question}\n",

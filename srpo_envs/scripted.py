@@ -12,11 +12,11 @@ with noise, useful only to exercise the environments.
 from __future__ import annotations
 
 import random
-import re
 from collections import Counter
 from fractions import Fraction
 
 from srpo_envs.envs.math_env import MathEnv
+from srpo_envs.envs.search_env import parse_action
 from srpo_envs.grading import extract_answer
 
 
@@ -114,6 +114,11 @@ class OracleSearchTeam:
         task = env.current_task
         return [env.title_of(i) or i for i in task.supporting_ids] or [task.question]
 
+    @classmethod
+    def _right_queries(cls, env) -> set[str]:
+        """The titles as the env records a query for them (clipped to its limit)."""
+        return {t[:env.config.max_query_chars] for t in cls._titles(env)}
+
     def _misspell(self, title: str) -> str:
         letters = [i for i, ch in enumerate(title) if ch.isalpha()]
         if not letters:
@@ -125,17 +130,16 @@ class OracleSearchTeam:
     def imitable(self, env, output) -> bool:
         """Whether a consumed output is worth imitating: every output but a slipped
         query (a search for something that is not a supporting title)."""
-        if output.role not in ("searcher", "agent"):
-            return True
-        match = re.search(r"<search>(.*?)</search>", output.text)
-        return match is None or match.group(1) in self._titles(env)
+        action = parse_action(output.text)
+        return (output.role not in ("searcher", "agent") or action is None
+                or action[0] != "search" or action[1] in self._right_queries(env))
 
     def act(self, env, observations: dict[str, str]) -> dict[str, str]:
         task = env.current_task
         titles = self._titles(env)
         # Searches spelled right so far (a slipped one does not use up a title).
-        limit = env.config.max_query_chars  # queries are stored clipped to it
-        searches = sum(q in {t[:limit] for t in titles} for t in env.transitions
+        right = self._right_queries(env)
+        searches = sum(q in right for t in env.transitions
                        for q in t.info.get("queries", {}).values())
         # Done once every gold document was seen, or every title was searched once.
         done = (set(task.supporting_ids) <= self._retrieved(env)) or searches >= len(titles)
