@@ -17,7 +17,7 @@ Why these settings (measured in ``benchmarks/results/demo_sweep.md``, see the RE
   had left seeds 1 and 2 near guessing. It leaves the team right about half to four
   fifths of the time, with the aggregator still often not following the majority: the
   skill is there but used unreliably, which is where RL helps;
-- SRPO then runs 48 steps of 16 tasks x G=8 and makes 4 clipped updates per batch of
+- SRPO then runs 60 steps of 16 tasks x G=8 and makes 4 clipped updates per batch of
   rollouts (one epoch in mini-batches of 64 of the 256 units), as PPO-family trainers
   do, at lr 3e-5 with clip-higher (eps_high 0.28), chosen from the sweep on seed 0. A
   larger step sharpened the team and lost pass@8, so the time the short aggregator
@@ -36,9 +36,9 @@ from srpo_agents.config import TrainConfig
 from srpo_agents.train import train
 
 DEMO = dict(env="SRPO-Math-v0", workflow="parallel", n_agents=3, algo="srpo", model="tiny",
-            steps=48, group_size=8, tasks_per_step=16, lr=3e-5, epochs=1, minibatch_units=64,
+            steps=60, group_size=8, tasks_per_step=16, lr=3e-5, epochs=1, minibatch_units=64,
             eps_high=0.28, difficulty=(0,), max_new_tokens=32, eval_tasks=500, eval_k=8,
-            eval_every=24, curve_tasks=100, warmstart_steps=400, warmstart_decay=True,
+            eval_every=30, curve_tasks=100, warmstart_steps=400, warmstart_decay=True,
             warmstart_minutes=60.0, warmstart_target=1.0,
             warmstart_skill=0.5, save_every=6)
 
