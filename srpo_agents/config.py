@@ -17,10 +17,15 @@ class TrainConfig:
     env: str = "SRPO-Math-v0"
     """Environment id: SRPO-Math-v0 or SRPO-Search-v0."""
     workflow: str = "parallel"
-    """The env's workflow (math: single, solve_verify, parallel; search: single, parallel,
-    search_answer_verify)."""
+    """The env's workflow (math: single, solve_verify, parallel, routed; search: single,
+    parallel, search_answer_verify, routed)."""
     n_agents: int = 3
-    """K of the parallel workflow (solvers or searchers)."""
+    """K of the parallel workflow (solvers or searchers); K_max of the routed one."""
+    cost_per_token: float = 0.0
+    """Team cost per generated token (counted with the policy's tokenizer), subtracted
+    from the reward at the last event; 0 turns it off (srpo_envs.routing)."""
+    cost_per_tool_call: float = 0.0
+    """Search env: team cost per retriever query, subtracted at the last event."""
     algo: str = "srpo"
     """A name in srpo_agents.objective.ALGORITHMS."""
     advantage: str = ""
@@ -124,6 +129,13 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r}: expected an int >= 1")
+        for name in ("cost_per_token", "cost_per_tool_call"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not 0 <= value < float("inf"):
+                raise ValueError(f"{name}={value!r}: expected a finite number >= 0")
+        if self.cost_per_tool_call and self.env != "SRPO-Search-v0":
+            raise ValueError(f"cost_per_tool_call={self.cost_per_tool_call!r}: only the "
+                             f"search env has tool calls (env={self.env!r})")
         if not 0.0 <= self.warmstart_skill <= 1.0:
             raise ValueError(f"warmstart_skill={self.warmstart_skill!r}: expected a "
                              f"probability in [0, 1]")

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from srpo_agents.config import TrainConfig
+from srpo_envs.routing import TokenCounter
 
 TINY_MATH_PROMPTS = {
     "solver": "{question}\n",
@@ -22,6 +23,7 @@ TINY_MATH_PROMPTS = {
     # its solvers' answers (a short prompt it learns to read reliably), so the team's
     # answer comes from its solvers and their credit is real.
     "aggregator": "{answers}\nFinal: ",
+    "router": "{question}\nRoute: ",
 }
 # The history first and the question last: in every round the question (whose last
 # word, in the compact world, is the name to search for) ends the prompt, so the name
@@ -33,14 +35,20 @@ TINY_SEARCH_PROMPTS = {
     "aggregator": "{history}\nQ: {question}\nAnswer or search: ",
     "answerer": "{history}\nQ: {question}\nAnswer: ",
     "verifier": "{history}\nProposed: {answer}\nQ: {question}\nVerdict: ",
+    "router": "{history}\nQ: {question}\nSearchers: ",
 }
 
 
-def env_kwargs(config: TrainConfig, split: str) -> dict[str, Any]:
-    """Constructor arguments for the training ("train") or held-out ("test") env."""
+def env_kwargs(config: TrainConfig, split: str,
+               token_counter: TokenCounter | None = None) -> dict[str, Any]:
+    """Constructor arguments for the training ("train") or held-out ("test") env.
+    ``token_counter``: counts a text's tokens for the team cost (the policy's tokenizer)."""
     tiny = config.compact_prompts
     dataset = config.dataset if split == "train" else config.eval_dataset
-    kwargs: dict[str, Any] = {"workflow": config.workflow}
+    kwargs: dict[str, Any] = {"workflow": config.workflow,
+                              "cost_per_token": config.cost_per_token}
+    if config.cost_per_token:
+        kwargs["token_counter"] = token_counter
     if config.env == "SRPO-Math-v0":
         kwargs.update(n_solvers=config.n_agents, max_rounds=config.max_turns,
                       difficulty=config.difficulty, split=split)
@@ -49,7 +57,7 @@ def env_kwargs(config: TrainConfig, split: str) -> dict[str, Any]:
             kwargs["max_output_chars"] = max(64, 4 * config.max_new_tokens)
     else:
         kwargs.update(n_searchers=config.n_agents, max_turns=config.max_turns, split=split,
-                      retriever=config.retriever)
+                      retriever=config.retriever, cost_per_tool_call=config.cost_per_tool_call)
         if config.corpus:
             kwargs["corpus"] = config.corpus
         if tiny:
@@ -63,9 +71,10 @@ def env_kwargs(config: TrainConfig, split: str) -> dict[str, Any]:
     return kwargs
 
 
-def env_factory(config: TrainConfig, split: str) -> Callable[[int], Any]:
+def env_factory(config: TrainConfig, split: str,
+                token_counter: TokenCounter | None = None) -> Callable[[int], Any]:
     """A function seed -> a fresh PettingZoo parallel env of the run."""
-    kwargs = env_kwargs(config, split)
+    kwargs = env_kwargs(config, split, token_counter)
     if config.env == "SRPO-Math-v0":
         from srpo_envs import math_v0 as module
     else:

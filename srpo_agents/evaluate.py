@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from srpo_agents.rollout import RolloutEngine
+from srpo_agents.routing_stats import routing_summary
 
 
-def _episode_correct(rollout) -> bool:
+def episode_correct(rollout) -> bool:
     return bool(rollout.correct) if rollout.correct is not None else rollout.reward > 0
 
 
@@ -40,9 +41,10 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
              tag: str = "eval") -> dict[str, Any]:
     """Run ``k`` episodes of each task on the given env pool (reused in chunks)."""
     correct: dict[int, list[bool]] = {t: [] for t in task_indices}
-    tokens, calls, em, f1 = [], [], [], []
+    tokens, calls, em, f1, played = [], [], [], [], []
     for t, _, _, rollout in run_tasks(engine, envs, task_indices, k, tag):
-        correct[t].append(_episode_correct(rollout))
+        played.append(rollout)
+        correct[t].append(episode_correct(rollout))
         tokens.append(rollout.generated_tokens)
         calls.append(rollout.tool_calls)
         final = rollout.transitions[-1].info if rollout.transitions else {}
@@ -67,6 +69,9 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
               "per_task_pass": [float(v) for v in per_task_pass]}
     if em:
         result.update(em=float(np.mean(em)), f1=float(np.mean(f1)))
+    routing = routing_summary(played, episode_correct)
+    if routing:
+        result["routing"] = routing
     return result
 
 

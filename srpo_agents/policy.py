@@ -48,6 +48,10 @@ class Policy:
     tokenizer: transformers.PreTrainedTokenizerBase
     name: str
 
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` without special tokens (the team cost's token count)."""
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
     def prompt_ids(self, role: str, prompt: str) -> list[int]:
         """Token ids the model is conditioned on when ``role`` acts on ``prompt``: the chat
         template's user turn holding ``prompt`` followed by the generation prompt, or the

@@ -39,12 +39,13 @@ from srpo_agents.checkpoint import (
 )
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
-from srpo_agents.evaluate import eval_pool, evaluate, paired_difference
+from srpo_agents.evaluate import episode_correct, eval_pool, evaluate, paired_difference
 from srpo_agents.events import build_units
 from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_agents.policy import Policy, load_policy
 from srpo_agents.rollout import RolloutEngine
+from srpo_agents.routing_stats import plot_routing, routing_summary
 
 
 def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dict]:
@@ -89,7 +90,7 @@ def mixed_group_fraction(rollouts) -> float:
 
 def _step_metrics(rollouts, stats, update: dict, step: int, seconds: float) -> dict[str, Any]:
     tokens = [r.generated_tokens for r in rollouts]
-    correct = [bool(r.correct) if r.correct is not None else r.reward > 0 for r in rollouts]
+    correct = [episode_correct(r) for r in rollouts]
     lengths = [len(s.response_ids) for r in rollouts for s in r.samples.values()]
     return {"step": step, "reward": float(np.mean([r.reward for r in rollouts])),
             "accuracy": float(np.mean(correct)), "tokens_per_task": float(np.mean(tokens)),
@@ -97,7 +98,8 @@ def _step_metrics(rollouts, stats, update: dict, step: int, seconds: float) -> d
             "response_length": float(np.mean(lengths)) if lengths else 0.0,
             "mixed_group_fraction": mixed_group_fraction(rollouts),
             "events": stats.events, "events_dropped": stats.events_dropped,
-            "mean_set_size": stats.mean_set_size, "seconds": seconds, **update}
+            "mean_set_size": stats.mean_set_size, "seconds": seconds,
+            **routing_summary(rollouts, episode_correct), **update}
 
 
 def train_step(engine: RolloutEngine, envs: list, options: list[dict], algorithm,
@@ -205,9 +207,10 @@ def make_engine(config: TrainConfig, policy: Policy,
                          seed=config.seed, role_policies=role_policies or {})
 
 
-def held_out(config: TrainConfig) -> tuple[list, list[int]]:
-    """The run's held-out env pool and task indices (the same for every algorithm)."""
-    test_envs = eval_pool(env_factory(config, "test"), 256, config.seed + 1)
+def held_out(config: TrainConfig, token_counter=None) -> tuple[list, list[int]]:
+    """The run's held-out env pool and task indices (the same for every algorithm).
+    ``token_counter``: the policy's token count, for the team cost (when it is on)."""
+    test_envs = eval_pool(env_factory(config, "test", token_counter), 256, config.seed + 1)
     return test_envs, _eval_indices(config, test_envs)
 
 
@@ -219,7 +222,7 @@ def evaluate_start(config: TrainConfig, log=print, engine: RolloutEngine | None 
     for other evaluations loads the model once)."""
     if engine is None:
         engine = make_engine(config, prepare_policy(config, Path(config.out), log)[0])
-    test_envs, eval_indices = held_out(config)
+    test_envs, eval_indices = held_out(config, engine.policy.count_tokens)
     return evaluate(engine, test_envs, eval_indices, config.eval_k, tag="before")
 
 
@@ -237,9 +240,9 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     policy, warm = prepare_policy(config, run_dir, log)
     algorithm = ALGORITHMS[config.algo]
     estimator = ADVANTAGE_ESTIMATORS[config.advantage or algorithm.advantage]
-    train_envs = eval_pool(env_factory(config, "train"),
+    train_envs = eval_pool(env_factory(config, "train", policy.count_tokens),
                            config.tasks_per_step * config.group_size, config.seed)
-    test_envs, eval_indices = held_out(config)
+    test_envs, eval_indices = held_out(config, policy.count_tokens)
     role_policies = {}
     if config.per_role_policies:
         role_policies = {role: Policy(copy.deepcopy(policy.model), policy.tokenizer,
@@ -337,6 +340,9 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     try:
         plot_curve(metrics_path, run_dir / "learning_curve.png",
                    f"{config.env} {config.workflow} {config.algo}", before, after, config.steps)
+        plot_routing([json.loads(line) for line in metrics_path.read_text().splitlines()
+                      if line], run_dir / "routing.png",
+                     f"{config.env} {config.workflow} {config.algo}: routing")
     except ImportError:
         log("matplotlib is not installed: no learning_curve.png")
     return summary

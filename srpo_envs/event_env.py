@@ -16,6 +16,10 @@ Input rules (the same for every env built on this class, documented in each env)
   the env consumes, and ``info["clipped_agents"]`` names the agents.
 - Stepping an episode that has ended raises ``RuntimeError`` (call ``reset``).
 
+Every env built on this class may charge its team a cost (``srpo_envs.routing``: off by
+default): the last transition's reward is the task reward minus the cost, and its info
+reports ``task_reward``, ``cost``, ``team_tokens`` and ``team_tool_calls`` apart.
+
 Subclasses implement ``_begin`` (state for a new task, first due prompts) and
 ``_consume`` (one event: read the due agents' texts, say what happened and who is due
 next). They never see invalid input.
@@ -33,6 +37,7 @@ from typing import Any
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
+from srpo_envs.routing import TokenCounter, approx_tokens
 from srpo_envs.text import CHARSET, clip, to_charset
 from srpo_envs.transition import ConsumedOutput, Transition
 
@@ -75,6 +80,10 @@ class EventEnv(ParallelEnv):
     roles: dict[str, str]
     max_output_chars: int
     max_prompt_chars: int
+    # The team's cost (srpo_envs.routing); subclasses set these from their config.
+    cost_per_token: float = 0.0
+    cost_per_tool_call: float = 0.0
+    token_counter: TokenCounter | None = None
 
     def __init__(self, seed: int | None = None, render_mode: str | None = None):
         if render_mode not in (None, "ansi"):
@@ -89,6 +98,8 @@ class EventEnv(ParallelEnv):
         self._episode_id = ""
         self._task_id = ""
         self._done = True
+        self._team_tokens = 0
+        self._team_tool_calls = 0
 
     # -- PettingZoo API -------------------------------------------------------------
     def observation_space(self, agent: str) -> spaces.Text:
@@ -113,6 +124,8 @@ class EventEnv(ParallelEnv):
         self._episode_id = str(episode_id)
         self._task_id = self._begin(task)
         self._transitions = []
+        self._team_tokens = 0
+        self._team_tool_calls = 0
         self.agents = list(self.possible_agents)
         self._done = False
         self._due = self._fit_prompts(self._first_prompts)
@@ -142,11 +155,12 @@ class EventEnv(ParallelEnv):
             info["missing_agents"] = missing
         if clipped:
             info["clipped_agents"] = clipped
+        reward = self._charge(consumed, outcome, info)
         transition = Transition(
             episode_id=self._episode_id, task_id=self._task_id,
             step_index=len(self._transitions), event_type=outcome.event_type,
             pre_state_id=pre_state, consumed=tuple(consumed), expected_agents=tuple(due),
-            reward=float(outcome.reward), terminated=outcome.terminated,
+            reward=reward, terminated=outcome.terminated,
             truncated=outcome.truncated, info=info,
         )
         self._transitions.append(transition)
@@ -195,6 +209,21 @@ class EventEnv(ParallelEnv):
         return self._transitions[-1] if self._transitions else None
 
     # -- helpers --------------------------------------------------------------------
+    def _charge(self, consumed: list[ConsumedOutput], outcome: EventOutcome,
+                info: dict[str, Any]) -> float:
+        """This event's reward: at the last event, the task reward minus the team's cost
+        (reported apart in ``info``)."""
+        count = self.token_counter or approx_tokens
+        self._team_tokens += sum(count(c.text) for c in consumed)
+        self._team_tool_calls += int(info.get("tool_calls", 0) or 0)
+        if not (outcome.terminated or outcome.truncated):
+            return float(outcome.reward)
+        cost = (self.cost_per_token * self._team_tokens
+                + self.cost_per_tool_call * self._team_tool_calls)
+        info.update(task_reward=float(outcome.reward), cost=float(cost),
+                    team_tokens=self._team_tokens, team_tool_calls=self._team_tool_calls)
+        return float(outcome.reward) - float(cost)
+
     def _validated(self, actions: Mapping[str, Any]) -> dict[str, str | None]:
         if self._done:
             raise RuntimeError("step() called on an episode that has ended; call reset()")

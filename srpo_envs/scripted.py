@@ -5,7 +5,9 @@ answers correctly with probability ``skill`` (with the task's reference solution
 has one; otherwise the answer is off by a small amount, written in the reference's
 shape when there is one), the
 verifier judges the candidate correctly with probability ``skill`` and the aggregator
-takes the majority answer. It reads the gold answer from the env, so it is an oracle
+takes the majority answer. Both teams' routers (routed workflows) choose a route at
+random, uniformly over K (and the verifier, for math), so a warm start that imitates
+them covers every option and leaves the choice to RL. It reads the gold answer from the env, so it is an oracle
 with noise, useful only to exercise the environments.
 """
 
@@ -18,6 +20,12 @@ from fractions import Fraction
 from srpo_envs.envs.math_env import MathEnv
 from srpo_envs.envs.search_env import parse_action
 from srpo_envs.grading import extract_answer
+from srpo_envs.routing import Route
+
+
+def random_route(rng: random.Random, k_max: int, can_verify: bool) -> str:
+    """A router's reply for a route drawn uniformly (K in 1..k_max, verify or not)."""
+    return str(Route(rng.randint(1, k_max), can_verify and rng.random() < 0.5))
 
 
 def _wrong(answer: str, rng: random.Random) -> str:
@@ -62,7 +70,9 @@ class ScriptedMathTeam:
         actions = {agent: "(waiting)" for agent in env.agents}
         for agent in env.due_agents:
             role = env.roles[agent]
-            if role == "solver":
+            if role == "router":
+                actions[agent] = random_route(self.rng, env.config.n_solvers, True)
+            elif role == "solver":
                 actions[agent] = self._solve(env.current_task)
             elif role == "verifier":
                 candidate = extract_answer(observations[agent].split("Solution:", 1)[-1])
@@ -151,7 +161,9 @@ class OracleSearchTeam:
             if self.slip and self.rng.random() < self.slip:
                 title = self._misspell(title)
             query = f"<search>{title}</search>"
-            if role == "agent":
+            if role == "router":
+                actions[agent] = random_route(self.rng, env.config.n_searchers, False)
+            elif role == "agent":
                 actions[agent] = answer if done else query
             elif role == "searcher":
                 actions[agent] = query

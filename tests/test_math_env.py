@@ -10,13 +10,12 @@ from pettingzoo.test import parallel_api_test
 
 import srpo_envs  # noqa: F401  (registers the gym ids)
 from srpo_envs import math_v0
+from srpo_envs.envs.math_env import WORKFLOWS
 from srpo_envs.math_tasks import MathTask, generate_task, load_jsonl_tasks
 from srpo_envs.scripted import ScriptedMathTeam
 from srpo_envs.transition import Transition
 
 from .conftest import shared_file
-
-WORKFLOWS = ("single", "solve_verify", "parallel")
 
 
 def run_episode(env, team, seed=None, options=None):

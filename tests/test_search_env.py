@@ -13,13 +13,12 @@ from pettingzoo.test import parallel_api_test
 
 import srpo_envs  # noqa: F401  (registers the gym ids)
 from srpo_envs import search_v0
+from srpo_envs.envs.search_env import WORKFLOWS
 from srpo_envs.retrieval import RetrievalError
 from srpo_envs.scripted import OracleSearchTeam
 from srpo_envs.search_world import SearchTask, build_world
 
 from .conftest import shared_file
-
-WORKFLOWS = ("single", "parallel", "search_answer_verify")
 
 
 @pytest.fixture(scope="module")

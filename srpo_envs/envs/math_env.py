@@ -12,6 +12,14 @@ consumed set is the SRPO active set:
 - ``"parallel"`` (co-evolution): ``n_solvers`` solvers answer the same prompt in one
   event (K = n_solvers), then an aggregator reads their solutions and writes the final
   answer (K = 1).
+- ``"routed"`` (mode switching): a router acts first (a singleton event) and chooses the
+  team for this problem: ``ROUTE: 1`` sends it to one solver, ``ROUTE: K`` with K in
+  2..``n_solvers`` to K solvers in parallel and then the aggregator, and ``+verify``
+  adds one verifier check of the final answer (grammar and the default for a reply
+  that cannot be read: ``srpo_envs.routing``, ``default_route``). A verifier that
+  rejects with a corrected answer replaces the answer; otherwise the answer stands.
+  Every transition's info carries ``route_k`` and ``route_verify``; the route event's
+  also ``route_parsed`` and ``route_failures`` (replies that could not be read).
 
 ## Observation
 Per agent, a string: the agent's prompt when it is due to act, otherwise a short note
@@ -34,6 +42,9 @@ answer is the last ``\\boxed{...}`` of the deciding text, else its last number
   their majority answer (ties go to the first solver in agent order);
 - the final event: whether the final answer is correct (``info["final_answer"]``).
 
+An optional team cost (``cost_per_token``, off by default; ``srpo_envs.routing``) is
+subtracted from the reward at the last event and reported apart in its info.
+
 Verifier replies: ``VERDICT: ACCEPT`` or ``VERDICT: REJECT`` (the last one written
 counts, case-insensitive). Without a verdict line, a reply whose boxed answer differs
 from the candidate's is a rejection with that correction, anything else an acceptance.
@@ -43,11 +54,11 @@ one) is final, otherwise the solver's. A missing aggregator leaves no final answ
 
 ## Episode end
 Terminates after the final event: 1 event for single, 2 for parallel, 2 to
-``2 * max_rounds`` for solve_verify. Episodes are never truncated.
+``2 * max_rounds`` for solve_verify, 2 to 4 for routed. Episodes are never truncated.
 
 ## Arguments
 See ``MathEnvConfig``. ``prompts`` overrides role templates by role name (``solver``,
-``solver_retry``, ``verifier``, ``aggregator``); see ``REQUIRED_PLACEHOLDERS`` for the
+``solver_retry``, ``verifier``, ``aggregator``, ``router``); see ``REQUIRED_PLACEHOLDERS`` for the
 placeholders each must contain. An aggregator template may leave out ``{question}``, and
 may show the solvers' final answers only (``{answers}``: one line ``Answer i: ...`` per
 solver, in agent order) instead of their full solutions (``{solutions}``).
@@ -68,9 +79,16 @@ from typing import Any
 from srpo_envs.event_env import EventEnv, EventOutcome
 from srpo_envs.grading import answers_match, extract_answer
 from srpo_envs.math_tasks import MathTask, check_levels, generate_task, load_tasks
+from srpo_envs.routing import (
+    Route,
+    TokenCounter,
+    check_cost,
+    parse_default_route,
+    parse_route,
+)
 from srpo_envs.text import as_data, check_prompt_overrides, render
 
-WORKFLOWS = ("single", "solve_verify", "parallel")
+WORKFLOWS = ("single", "solve_verify", "parallel", "routed")
 
 DEFAULT_PROMPTS: dict[str, str] = {
     "solver": (
@@ -94,6 +112,12 @@ DEFAULT_PROMPTS: dict[str, str] = {
         "their solutions and write the final answer in \\boxed{}.\n\nProblem: {question}"
         "\n\n{solutions}\n"
     ),
+    "router": (
+        "You route a math problem to a team. Reply ROUTE: K, where K = 1 sends it to one "
+        "solver and K = 2 to {k_max} sends it to K solvers in parallel whose solutions an "
+        "aggregator combines. Append +verify to have a verifier check the final answer "
+        "(for example ROUTE: 2+verify). Larger teams cost more.\n\nProblem: {question}\n"
+    ),
 }
 REQUIRED_PLACEHOLDERS = {
     "solver": {"question"},
@@ -103,6 +127,7 @@ REQUIRED_PLACEHOLDERS = {
     # pure selector, whose answer can only come from the solvers. It reads the full
     # solutions or only their final answers (a tuple: at least one of them).
     "aggregator": {("solutions", "answers")},
+    "router": {"question"},
 }
 _SOLUTION_SLOT = 64  # room per inserted solution for its "Solution i (agent):" header
 _VERDICT = re.compile(r"VERDICT\s*:\s*(ACCEPT|REJECT)", re.IGNORECASE)
@@ -116,7 +141,8 @@ class MathEnvConfig:
     workflow: str = "parallel"
     """"single", "solve_verify" (division of labor) or "parallel" (co-evolution)."""
     n_solvers: int = 3
-    """Solvers in the parallel workflow (the size K of its solve event); 1..64."""
+    """Solvers in the parallel workflow (the size K of its solve event), and K_max of the
+    routed workflow; 1..64."""
     dataset: str | Path | None = None
     """None for the embedded generator, a JSONL path (question, answer), or a
     Hugging Face ``datasets`` name (needs the network and the ``datasets`` package)."""
@@ -140,6 +166,12 @@ class MathEnvConfig:
     reward_wrong: float = 0.0
     prompts: Mapping[str, str] = field(default_factory=dict)
     """Overrides of ``DEFAULT_PROMPTS`` by role."""
+    default_route: str = "ROUTE: 1"
+    """Routed workflow: the route taken when the router's reply cannot be read."""
+    cost_per_token: float = 0.0
+    """Team cost per generated token, subtracted at the last event (``srpo_envs.routing``)."""
+    token_counter: TokenCounter | None = None
+    """Counts a text's tokens for the cost (default: about 4 characters per token)."""
 
     def __post_init__(self) -> None:
         if self.workflow not in WORKFLOWS:
@@ -155,6 +187,9 @@ class MathEnvConfig:
         if self.split not in ("train", "test"):
             raise ValueError(f"split={self.split!r}: expected 'train' or 'test'")
         self.difficulty = check_levels(self.difficulty)
+        check_cost(self.cost_per_token, 0.0, self.token_counter)
+        self.route = parse_default_route(self.default_route, self.n_solvers, True,
+                                         "default_route")
         check_prompt_overrides(self.prompts, DEFAULT_PROMPTS, REQUIRED_PLACEHOLDERS)
 
 
@@ -185,13 +220,17 @@ class MathEnv(EventEnv):
         else:
             self.possible_agents = [f"solver_{i}" for i in range(config.n_solvers)]
             self.possible_agents.append("aggregator_0")
+            if config.workflow == "routed":
+                self.possible_agents = ["router_0", *self.possible_agents, "verifier_0"]
+        self.cost_per_token = config.cost_per_token
+        self.token_counter = config.token_counter
         self.roles = {a: a.rsplit("_", 1)[0] for a in self.possible_agents}
         self._tasks: list[MathTask] | None = None
         if config.dataset is not None:
             self._tasks = load_tasks(config.dataset, config.dataset_config,
                                      config.dataset_split)
         self.max_output_chars = config.max_output_chars
-        inserted = max(2, config.n_solvers if config.workflow == "parallel" else 1)
+        inserted = max(2, config.n_solvers if config.workflow in ("parallel", "routed") else 1)
         self.max_prompt_chars = (max(len(t) for t in self.templates.values())
                                  + config.max_question_chars
                                  + inserted * (config.max_output_chars + _SOLUTION_SLOT))
@@ -235,10 +274,20 @@ class MathEnv(EventEnv):
         self._question = as_data(task.question, self.config.max_question_chars)
         self._round = 0
         self._candidate = ""
-        prompt = render(self.templates["solver"], {"question": self._question})
-        solvers = [a for a in self.possible_agents if self.roles[a] == "solver"]
-        self._first_prompts = {a: prompt for a in solvers}
+        self._route: Route | None = None
+        self._route_failures = 0
+        if self.config.workflow == "routed":
+            self._first_prompts = {"router_0": render(
+                self.templates["router"],
+                {"question": self._question, "k_max": str(self.config.n_solvers)})}
+            return task.task_id
+        self._first_prompts = self._solver_prompts(self.config.n_solvers
+                                                   if self.config.workflow == "parallel" else 1)
         return task.task_id
+
+    def _solver_prompts(self, k: int) -> dict[str, str]:
+        prompt = render(self.templates["solver"], {"question": self._question})
+        return {f"solver_{i}": prompt for i in range(k)}
 
     def _answer_of(self, text: str | None) -> str | None:
         return extract_answer(text) if text else None
@@ -254,6 +303,10 @@ class MathEnv(EventEnv):
 
     def _consume(self, texts: Mapping[str, str | None]) -> EventOutcome:
         workflow = self.config.workflow
+        if workflow == "routed":
+            outcome = self._routed_event(texts)
+            outcome.info.update(route_k=self._route.k, route_verify=self._route.verify)
+            return outcome
         if workflow == "single":
             answer = self._answer_of(texts["solver_0"])
             return self._final("solve", answer, {"answer": answer})
@@ -313,6 +366,48 @@ class MathEnv(EventEnv):
                         {"question": self._question, "previous": previous,
                          "feedback": feedback})
         return EventOutcome("verify", info=info, next_prompts={"solver_0": prompt})
+
+
+    # -- the routed workflow ---------------------------------------------------------------
+    def _routed_event(self, texts: Mapping[str, str | None]) -> EventOutcome:
+        if "router_0" in texts:
+            return self._route_step(texts["router_0"])
+        if "verifier_0" in texts:
+            return self._routed_verify(texts["verifier_0"])
+        if "aggregator_0" in texts:
+            answer = self._answer_of(texts["aggregator_0"])
+            return self._routed_answer("aggregate", texts["aggregator_0"],
+                                       {"answer": answer})
+        if self._route.k == 1:
+            answer = self._answer_of(texts["solver_0"])
+            return self._routed_answer("solve", texts["solver_0"],
+                                       {"answer": answer, "correct": self._is_correct(answer)})
+        return self._parallel_solve(texts)
+
+    def _route_step(self, text: str | None) -> EventOutcome:
+        route, parsed = parse_route(text, self.config.n_solvers, True, self.config.route)
+        self._route = route
+        self._route_failures += not parsed
+        info = {"route_parsed": parsed, "route_failures": self._route_failures}
+        return EventOutcome("route", info=info, next_prompts=self._solver_prompts(route.k))
+
+    def _routed_answer(self, event_type: str, text: str | None, info: dict) -> EventOutcome:
+        """The team's answer (one solver's or the aggregator's): final, or to the verifier."""
+        if not self._route.verify:
+            return self._final(event_type, info["answer"], info)
+        self._candidate = text or ""
+        solution = as_data(text, self.config.max_output_chars) if text else NO_ANSWER
+        prompt = render(self.templates["verifier"],
+                        {"question": self._question, "solution": solution})
+        return EventOutcome(event_type, info=info, next_prompts={"verifier_0": prompt})
+
+    def _routed_verify(self, text: str | None) -> EventOutcome:
+        candidate = self._answer_of(self._candidate)
+        accepted, corrected = parse_verdict(text or "", candidate)
+        info: dict[str, Any] = {"verdict": "accept" if accepted else "reject",
+                                "candidate_correct": self._is_correct(candidate)}
+        info["verifier_right"] = accepted == info["candidate_correct"]
+        return self._final("verify", candidate if accepted else (corrected or candidate), info)
 
 
 def parallel_env(**kwargs: Any) -> MathEnv:

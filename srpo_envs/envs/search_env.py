@@ -18,6 +18,13 @@ text counts) and the env shows results inside ``<information>...</information>``
   verifier writes ``<verdict>accept</verdict>`` or ``<verdict>reject</verdict>`` with
   feedback for the next round. Without a verdict tag the answer is accepted. A
   rejection in the last of ``max_turns`` rounds leaves the answer standing.
+- ``"routed"`` (mode switching): each round a router first chooses, in a singleton
+  event, how many searchers query this round: ``ROUTE: K`` with K in 1..``n_searchers``
+  (grammar, and ``default_route`` for a reply that cannot be read:
+  ``srpo_envs.routing``). Searchers 0..K-1 then search in one event (K members) and the
+  aggregator answers or asks for another round, as in ``parallel``. Route events' info
+  has ``route_k``, ``route_parsed`` and ``route_failures``; the search event's has
+  ``route_k``.
 
 ## Observation
 Per agent a string: its prompt when due (role instructions, the question, the history
@@ -42,7 +49,9 @@ too slow) is reported inside the ``<information>`` block and in
 normalization, else ``reward_wrong``; paid at the last event. Every transition's info
 has ``tool_calls`` (queries run in this event), ``retrieved_chars`` and ``turn``; the
 final one has ``correct``, ``em``, ``f1``, ``final_answer``, ``total_tool_calls`` and
-``turns``.
+``turns``. An optional team cost per token and per tool call (``cost_per_token``,
+``cost_per_tool_call``, off by default; ``srpo_envs.routing``) is subtracted at the
+last event and reported apart in its info.
 
 ## Episode end
 Terminates on an accepted or final answer; truncated after ``max_turns`` turns (single)
@@ -78,6 +87,7 @@ from srpo_envs.retrieval import (
     load_corpus,
     make_retriever,
 )
+from srpo_envs.routing import Route, TokenCounter, check_cost, parse_default_route, parse_route
 from srpo_envs.search_tasks import load_search_tasks
 from srpo_envs.search_world import SearchTask, World, build_world
 from srpo_envs.text import (
@@ -88,7 +98,7 @@ from srpo_envs.text import (
     to_charset,
 )
 
-WORKFLOWS = ("single", "parallel", "search_answer_verify")
+WORKFLOWS = ("single", "parallel", "search_answer_verify", "routed")
 WORLDS = ("default", "compact")
 TAGS = ("search", "answer", "information", "verdict")
 _ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
@@ -113,6 +123,9 @@ DEFAULT_PROMPTS: dict[str, str] = {
                  "<verdict>accept</verdict> if it is supported; otherwise write "
                  "<verdict>reject</verdict> and say what to search for.\n\nQuestion: "
                  "{question}\n{history}\nProposed answer: {answer}\n"),
+    "router": ("You plan the next search round for a team answering the question below. "
+               "Reply ROUTE: K with K from 1 to {k_max}: how many searchers query this "
+               "round (more searchers cost more).\n\nQuestion: {question}\n{history}"),
 }
 REQUIRED_PLACEHOLDERS = {role: {"question", "history"} for role in DEFAULT_PROMPTS}
 REQUIRED_PLACEHOLDERS["verifier"] = {"question", "history", "answer"}
@@ -125,7 +138,8 @@ class SearchEnvConfig:
     workflow: str = "single"
     """"single", "parallel" (co-evolution) or "search_answer_verify" (division of labor)."""
     n_searchers: int = 3
-    """Searchers in the parallel workflow (K of its search event); 1..32."""
+    """Searchers in the parallel workflow (K of its search event), and K_max of the routed
+    workflow; 1..32."""
     dataset: str | Path | None = None
     """None for the generated world, a JSONL path (question, answers), or a ``datasets``
     name (needs the network and the ``datasets`` package)."""
@@ -161,6 +175,14 @@ class SearchEnvConfig:
     reward_wrong: float = 0.0
     prompts: Mapping[str, str] = field(default_factory=dict)
     """Overrides of ``DEFAULT_PROMPTS`` by role."""
+    default_route: str = "ROUTE: 1"
+    """Routed workflow: the route taken when the router's reply cannot be read."""
+    cost_per_token: float = 0.0
+    """Team cost per generated token, subtracted at the last event (``srpo_envs.routing``)."""
+    cost_per_tool_call: float = 0.0
+    """Team cost per retriever query, subtracted at the last event."""
+    token_counter: TokenCounter | None = None
+    """Counts a text's tokens for the cost (default: about 4 characters per token)."""
 
     def __post_init__(self) -> None:
         if self.workflow not in WORKFLOWS:
@@ -183,6 +205,9 @@ class SearchEnvConfig:
             raise ValueError(f"dataset={str(self.dataset)!r} needs corpus= (a JSONL of "
                              f"id/title/text) or an http(s) retriever URL; got corpus=None "
                              f"and retriever={self.retriever!r}")
+        check_cost(self.cost_per_token, self.cost_per_tool_call, self.token_counter)
+        self.route = parse_default_route(self.default_route, self.n_searchers, False,
+                                         "default_route")
         check_prompt_overrides(self.prompts, DEFAULT_PROMPTS, REQUIRED_PLACEHOLDERS)
 
 
@@ -224,12 +249,17 @@ class SearchEnv(EventEnv):
         self.templates = {**DEFAULT_PROMPTS, **config.prompts}
         if config.workflow == "single":
             self.possible_agents = ["agent_0"]
-        elif config.workflow == "parallel":
+        elif config.workflow in ("parallel", "routed"):
             self.possible_agents = [f"searcher_{i}" for i in range(config.n_searchers)]
             self.possible_agents.append("aggregator_0")
+            if config.workflow == "routed":
+                self.possible_agents.insert(0, "router_0")
         else:
             self.possible_agents = ["searcher_0", "answerer_0", "verifier_0"]
         self.roles = {a: a.rsplit("_", 1)[0] for a in self.possible_agents}
+        self.cost_per_token = config.cost_per_token
+        self.cost_per_tool_call = config.cost_per_tool_call
+        self.token_counter = config.token_counter
         self._tasks, corpus = self._load_source()
         self.corpus: Corpus | None = corpus
         self._titles = dict(zip(corpus.ids, corpus.titles, strict=True)) if corpus else {}
@@ -262,7 +292,7 @@ class SearchEnv(EventEnv):
         c = self.config
         passage = _TITLE_CHARS + c.max_passage_chars + _SLOT
         query_block = c.max_query_chars + c.top_k * passage + _SLOT
-        queries_per_round = c.n_searchers if c.workflow == "parallel" else 1
+        queries_per_round = c.n_searchers if c.workflow in ("parallel", "routed") else 1
         notes = 2 * (c.max_output_chars + _SLOT)  # a lead's note or a verifier's feedback
         round_block = queries_per_round * query_block + notes
         return (max(len(t) for t in self.templates.values()) + c.max_question_chars
@@ -305,16 +335,22 @@ class SearchEnv(EventEnv):
         self._turn = 0
         self._tool_calls = 0
         self._answer = ""
+        self._route: Route | None = None
+        self._route_failures = 0
         self._first_prompts = self._prompts_for(self._first_due())
         return task.task_id
 
     def _first_due(self) -> list[str]:
+        """Who opens a round: the router in the routed workflow, else the searchers."""
+        if self.config.workflow == "routed":
+            return ["router_0"]
         return [a for a in self.possible_agents if self.roles[a] in ("agent", "searcher")]
 
     def _segments(self, agent: str) -> list[tuple[str, str]]:
         template = self.templates[self.roles[agent]]
         head, _, tail = template.partition("{history}")
-        values = {"question": self._question, "answer": as_data(self._answer, 400)}
+        values = {"question": self._question, "answer": as_data(self._answer, 400),
+                  "k_max": str(self.config.n_searchers)}
         segments = [("prompt", render(head, values)), *self._history,
                     ("prompt", render(tail, values))]
         return [(kind, to_charset(text)) for kind, text in segments if text]
@@ -395,10 +431,15 @@ class SearchEnv(EventEnv):
         workflow = self.config.workflow
         if workflow == "single":
             return self._single_turn(texts["agent_0"])
-        if workflow == "parallel":
+        if workflow in ("parallel", "routed"):
+            if "router_0" in texts:
+                return self._route_step(texts["router_0"])
             if "aggregator_0" in texts:
                 return self._aggregate(texts["aggregator_0"])
-            return self._parallel_search(texts)
+            outcome = self._parallel_search(texts)
+            if self._route is not None:
+                outcome.info["route_k"] = self._route.k
+            return outcome
         if "searcher_0" in texts:
             return self._dol_search(texts["searcher_0"])
         if "answerer_0" in texts:
@@ -446,6 +487,16 @@ class SearchEnv(EventEnv):
         info = self._search(texts, labelled=True)
         return EventOutcome("search", info=info,
                             next_prompts=self._prompts_for(["aggregator_0"]))
+
+    def _route_step(self, text: str | None) -> EventOutcome:
+        route, parsed = parse_route(text, self.config.n_searchers, False, self.config.route)
+        self._route = route
+        self._route_failures += not parsed
+        info = {"tool_calls": 0, "retrieved_chars": 0, "turn": self._turn,
+                "route_k": route.k, "route_parsed": parsed,
+                "route_failures": self._route_failures}
+        searchers = [f"searcher_{i}" for i in range(route.k)]
+        return EventOutcome("route", info=info, next_prompts=self._prompts_for(searchers))
 
     def _aggregate(self, text: str | None) -> EventOutcome:
         action = parse_action(text)

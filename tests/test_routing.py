@@ -1,0 +1,301 @@
+"""Mode switching: the routed workflows, the team cost, the routing diagnostics, and a
+router that learns, with the unchanged ``srpo`` algorithm, to pick one agent where one
+suffices and a team where only a team succeeds."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from srpo_agents.config import TrainConfig
+from srpo_agents.learner import Learner, LearnerConfig
+from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+from srpo_agents.rollout import RolloutEngine
+from srpo_agents.routing_stats import episode_route
+from srpo_agents.tiny import build_tiny_policy
+from srpo_agents.train import train, train_step
+from srpo_agents.warmstart import sft_loss
+from srpo_envs import math_v0, search_v0
+from srpo_envs.event_env import EventEnv, EventOutcome
+from srpo_envs.math_tasks import MathTask
+from srpo_envs.routing import Route, parse_route
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- the route grammar ------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "route", "parsed"), [
+    ("ROUTE: 3+verify", Route(3, True), True),
+    ("route:2 + v", Route(2, True), True),
+    ("I would say ROUTE: 1, no, ROUTE: 2", Route(2), True),    # the last one counts
+    ("  3+v trailing words", Route(3, True), True),           # the bare form at the start
+    ("2", Route(2), True),
+    ("ROUTE: 4", Route(1), False),                            # K beyond K_max
+    ("ROUTE: 0", Route(1), False),
+    ("send it to 2 solvers", Route(1), False),                 # no ROUTE:, no number first
+    ("", Route(1), False),
+    (None, Route(1), False),
+    ("ROUTE: 99999999999", Route(1), False),
+])
+def test_route_grammar(text, route, parsed):
+    assert parse_route(text, 3, True, Route(1)) == (route, parsed)
+
+
+def test_verify_is_ignored_where_no_verifier_is_offered():
+    assert parse_route("ROUTE: 2+verify", 3, False, Route(1)) == (Route(2), True)
+
+
+@pytest.mark.parametrize(("module", "kwargs", "message"), [
+    (math_v0, {"workflow": "routed", "default_route": "ROUTE: 9"}, "default_route='ROUTE: 9'"),
+    (math_v0, {"cost_per_token": -1.0}, "cost_per_token=-1.0"),
+    (math_v0, {"cost_per_token": float("nan")}, "cost_per_token=nan"),
+    (search_v0, {"cost_per_tool_call": -0.5}, "cost_per_tool_call=-0.5"),
+    (search_v0, {"workflow": "routed", "default_route": "two"}, "default_route='two'"),
+])
+def test_bad_routing_config_names_the_field(module, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        module.parallel_env(**kwargs)
+
+
+# -- the math routed workflow -----------------------------------------------------------
+def play_math(route: str, verdict: str = "VERDICT: ACCEPT", **kwargs):
+    env = math_v0.parallel_env(workflow="routed", n_solvers=3, seed=0, **kwargs)
+    env.reset(options={"task": MathTask("t", "What is 2 + 3?", "5")})
+    env.step({"router_0": route})
+    while env.agents:
+        env.step({a: verdict if env.roles[a] == "verifier" else "\\boxed{5}"
+                  for a in env.due_agents})
+    return env.transitions
+
+
+@pytest.mark.parametrize(("route", "shape"), [
+    ("ROUTE: 1", [("route", 1), ("solve", 1)]),
+    ("ROUTE: 1+verify", [("route", 1), ("solve", 1), ("verify", 1)]),
+    ("ROUTE: 3", [("route", 1), ("solve", 3), ("aggregate", 1)]),
+    ("ROUTE: 2+verify", [("route", 1), ("solve", 2), ("aggregate", 1), ("verify", 1)]),
+])
+def test_math_router_schedules_the_chosen_set(route, shape):
+    transitions = play_math(route)
+    assert [(t.event_type, t.set_size) for t in transitions] == shape
+    assert transitions[0].consumed[0].role == "router"
+    assert transitions[0].info["route_parsed"] is True
+    solve = transitions[1]
+    assert [c.agent_id for c in solve.consumed] == [f"solver_{i}" for i in range(shape[1][1])]
+    assert transitions[-1].terminated and transitions[-1].reward == 1.0
+    expected = Route(shape[1][1], "verify" in route)
+    assert all(t.info["route_k"] == expected.k and t.info["route_verify"] == expected.verify
+               for t in transitions)
+
+
+def test_unreadable_route_takes_the_default_and_is_counted():
+    transitions = play_math("I am not sure", default_route="ROUTE: 2")
+    assert [(t.event_type, t.set_size) for t in transitions][:2] == [("route", 1), ("solve", 2)]
+    assert transitions[0].info["route_parsed"] is False
+    assert transitions[0].info["route_failures"] == 1
+
+
+def test_math_verifier_correction_replaces_the_answer():
+    transitions = play_math("ROUTE: 1+verify", verdict="VERDICT: REJECT \\boxed{6}")
+    assert transitions[-1].info["final_answer"] == "6" and transitions[-1].reward == 0.0
+
+
+# -- the search routed workflow ---------------------------------------------------------
+def test_search_router_chooses_the_searchers_of_each_round(tmp_path):
+    env = search_v0.parallel_env(workflow="routed", n_searchers=3, seed=0, world="compact",
+                                 hops=[1], top_k=1, max_turns=2, cache_dir=tmp_path)
+    observations, _ = env.reset(options={"task_index": 0})
+    assert env.due_agents == ("router_0",)
+    assert "1 to 3" in observations["router_0"]
+    task = env.current_task
+    env.step({"router_0": "ROUTE: 3"})
+    assert env.due_agents == ("searcher_0", "searcher_1", "searcher_2")
+    env.step({a: "<search>nothing useful</search>" for a in env.due_agents})
+    env.step({"aggregator_0": "<search>again</search>"})
+    assert env.due_agents == ("router_0",)
+    env.step({"router_0": "ROUTE: 1"})
+    title = env.title_of(task.supporting_ids[0])
+    env.step({"searcher_0": f"<search>{title}</search>"})
+    env.step({"aggregator_0": f"<answer>{task.answers[0]}</answer>"})
+    sizes = [(t.event_type, t.set_size) for t in env.transitions]
+    assert sizes == [("route", 1), ("search", 3), ("aggregate", 1),
+                     ("route", 1), ("search", 1), ("aggregate", 1)]
+    assert [t.info.get("route_k") for t in env.transitions] == [3, 3, None, 1, 1, None]
+    last = env.transitions[-1]
+    assert last.reward == 1.0 and last.info["team_tool_calls"] == 4
+
+
+# -- the cost ---------------------------------------------------------------------------
+def test_cost_is_off_by_default_and_reported_apart_when_on():
+    free = play_math("ROUTE: 3")[-1]
+    assert free.reward == 1.0 and free.info["cost"] == 0.0 and free.info["task_reward"] == 1.0
+    # one "token" per output: router + 3 solvers + aggregator = 5
+    paid = play_math("ROUTE: 3", cost_per_token=0.1, token_counter=lambda text: 1)[-1]
+    assert paid.info["team_tokens"] == 5 and paid.info["task_reward"] == 1.0
+    assert paid.info["cost"] == pytest.approx(0.5) and paid.reward == pytest.approx(0.5)
+    alone = play_math("ROUTE: 1", cost_per_token=0.1, token_counter=lambda text: 1)[-1]
+    assert alone.reward == pytest.approx(0.8)
+    # only the last event pays
+    assert all(t.reward == 0.0 for t in play_math("ROUTE: 3", cost_per_token=0.1)[:-1])
+
+
+def test_search_tool_call_cost(tmp_path):
+    env = search_v0.parallel_env(workflow="parallel", n_searchers=2, seed=0, world="compact",
+                                 hops=[1], max_turns=1, cost_per_tool_call=0.25,
+                                 cache_dir=tmp_path)
+    env.reset(options={"task_index": 0})
+    env.step({"searcher_0": "<search>a</search>", "searcher_1": "<search>b</search>"})
+    env.step({"aggregator_0": f"<answer>{env.current_task.answers[0]}</answer>"})
+    last = env.transitions[-1]
+    assert last.info["task_reward"] == 1.0 and last.info["cost"] == 0.5
+    assert last.reward == 0.5
+
+
+def test_train_config_routes_cost_to_the_env_and_checks_it():
+    from srpo_agents.envs import env_kwargs
+
+    config = TrainConfig(workflow="routed", model="x", cost_per_token=0.01)
+    assert env_kwargs(config, "train", len)["cost_per_token"] == 0.01
+    assert env_kwargs(config, "train", len)["token_counter"] is len
+    with pytest.raises(ValueError, match="cost_per_tool_call=0.1"):
+        TrainConfig(model="x", cost_per_tool_call=0.1)
+    with pytest.raises(ValueError, match="cost_per_token=-1"):
+        TrainConfig(model="x", cost_per_token=-1)
+
+
+# -- the learner is unchanged -----------------------------------------------------------
+def test_the_learner_has_no_routed_branch():
+    """Routing is trained by the one update rule: the modules that form units, compute
+    advantages and update never mention routes."""
+    for name in ("learner.py", "objective.py", "events.py", "rollout.py", "generation.py"):
+        text = (ROOT / "srpo_agents" / name).read_text().lower()
+        assert "route" not in text and "router" not in text, name
+
+
+# -- a router that must learn when a team is needed --------------------------------------
+LEVELS = ("easy", "hard")
+COST = 0.1
+
+
+class LevelRouteEnv(EventEnv):
+    """One routing decision per task. An easy task is solved by any single agent; a hard
+    one only by a team (a majority vote needs at least two voters). Every output costs
+    ``COST`` (the env cost with a count of one per output), so one agent is best on easy
+    tasks (0.8 against 0.6 for three) and a team on hard ones (0.6 or 0.7 against -0.2)."""
+
+    metadata = {"name": "level_route_env", "render_modes": ["ansi"], "is_parallelizable": True}
+    max_output_chars = 8
+    max_prompt_chars = 32
+    possible_agents = ["router_0", "member_0", "member_1", "member_2"]
+    roles = {"router_0": "router", "member_0": "member", "member_1": "member",
+             "member_2": "member"}
+    cost_per_token = COST
+
+    @staticmethod
+    def token_counter(text: str) -> int:
+        return 1
+
+    def _pick_task(self, options: Mapping) -> str:
+        return LEVELS[options.get("task_index", self._rng.randrange(2)) % 2]
+
+    def _begin(self, level: str) -> str:
+        self._level = level
+        self._first_prompts = {"router_0": f"{level} route:"}
+        return level
+
+    def _consume(self, texts: Mapping[str, str | None]) -> EventOutcome:
+        if "router_0" in texts:
+            self._route, parsed = parse_route(texts["router_0"], 3, False, Route(1))
+            members = {f"member_{i}": f"{self._level} go:" for i in range(self._route.k)}
+            return EventOutcome("route", info={"route_k": self._route.k, "route_parsed": parsed},
+                                next_prompts=members)
+        ok = self._level == "easy" or self._route.k >= 2
+        return EventOutcome("solve", reward=float(ok), terminated=True,
+                            info={"correct": ok, "route_k": self._route.k})
+
+
+@pytest.fixture(scope="module")
+def uniform_router(tmp_path_factory):
+    """A fresh tiny policy whose router picks K = 1, 2 or 3 uniformly on both levels."""
+    prompts = [f"{level} {kind}:" for level in LEVELS for kind in ("route", "go")]
+    policy = build_tiny_policy(prompts + ["123ok"], tmp_path_factory.mktemp("tiny"),
+                               hidden_size=64, num_layers=2, num_heads=2, seed=0)
+    eos = policy.tokenizer.eos_token_id
+    rng = random.Random(0)
+    torch.manual_seed(0)
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=3e-3)
+    encoded = {p: policy.prompt_ids("any", p) for p in prompts}
+    policy.model.train()
+    for _ in range(80):
+        batch = []
+        for _ in range(64):
+            prompt = rng.choice(prompts)
+            reply = rng.choice("123") if "route" in prompt else "ok"
+            ids = policy.tokenizer(reply, add_special_tokens=False)["input_ids"]
+            batch.append((encoded[prompt] + ids + [eos], len(encoded[prompt])))
+        optimizer.zero_grad()
+        sft_loss(policy, batch).backward()
+        optimizer.step()
+    policy.model.eval()
+    return policy
+
+
+def chosen_k(engine, envs, tag: str) -> dict[str, Counter]:
+    options = [{"task_index": i % 2, "episode_id": f"{tag}-{i}"} for i in range(len(envs))]
+    counts = {level: Counter() for level in LEVELS}
+    for i, rollout in enumerate(engine.run(envs, options)):
+        counts[LEVELS[i % 2]][episode_route(rollout)] += 1
+    return counts
+
+
+def test_router_learns_one_agent_for_easy_and_a_team_for_hard(uniform_router):
+    algorithm = ALGORITHMS["srpo"]
+    estimator = ADVANTAGE_ESTIMATORS[algorithm.advantage]
+    torch.manual_seed(0)
+    engine = RolloutEngine(uniform_router, max_new_tokens=3, seed=0)
+    learner = Learner(uniform_router, algorithm,
+                      LearnerConfig(lr=5e-4, epochs=2, minibatch_units=32), seed=0)
+    envs = [LevelRouteEnv(seed=i) for i in range(64)]
+    start = chosen_k(engine, envs, "start")
+    for step in range(20):
+        options = [{"task_index": i % 2, "episode_id": f"s{step}-{i}"} for i in range(64)]
+        train_step(engine, envs, options, algorithm, estimator, {"shared": learner})
+    end = chosen_k(engine, envs, "end")
+
+    def share(counts: Counter, ks) -> float:
+        return sum(counts[k] for k in ks) / sum(counts.values())
+
+    easy_start, easy_end = share(start["easy"], [1]), share(end["easy"], [1])
+    hard_start, hard_end = share(start["hard"], [2, 3]), share(end["hard"], [2, 3])
+    assert easy_start < 0.55 and hard_start < 0.85, (start, "the start is not near uniform")
+    assert easy_end >= easy_start + 0.25 and easy_end >= 0.7, (start, end)
+    assert hard_end >= max(0.9, hard_start + 0.1), (start, end)
+
+
+# -- the diagnostics, end to end ---------------------------------------------------------
+def test_routed_training_run_reports_routing(tmp_path):
+    env = math_v0.parallel_env(workflow="parallel", seed=0)
+    texts = [env.task(i).question + env.task(i).solution for i in range(100)] + ["ROUTE: 123+v"]
+    tiny = tmp_path / "tiny"
+    build_tiny_policy(texts, tiny, hidden_size=32, num_layers=1, num_heads=2, seed=0)
+    config = TrainConfig(env="SRPO-Math-v0", workflow="routed", n_agents=3,
+                         model=str(tiny), compact_prompts=True, steps=2, group_size=2,
+                         tasks_per_step=3, eval_tasks=3, eval_k=2, max_new_tokens=8,
+                         cost_per_token=0.001, out=str(tmp_path / "run"))
+    summary = train(config, log=lambda *_: None)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+            .splitlines()]
+    for row in rows:
+        counts = row["route_k_counts"]
+        assert sum(counts.values()) == 6 and set(counts) <= {"1", "2", "3"}
+        assert sum(v["episodes"] for v in row["by_route_k"].values()) == 6
+        assert 1 <= row["route_mean_k"] <= 3 and row["mean_set_size"] >= 1
+    assert summary["after"]["routing"]["route_parse_failures"] >= 0
+    assert (tmp_path / "run" / "routing.png").is_file()
+    assert np.isfinite(rows[-1]["reward"])
