@@ -22,8 +22,14 @@ Writes, under ``--out``:
 
 Presets: ``smoke`` (a fresh untrained tiny policy, 2 algorithms, 2 steps; a test runs it),
 ``small`` (the warm-started tiny policy, both envs, parallel and division-of-labor
-workflows, every algorithm, 3 seeds) and ``paper`` (a Qwen-class model with the vLLM
-backend on a GPU). Finished runs are kept, so an interrupted harness picks up where it
+workflows, every algorithm, 3 seeds), ``routing`` (mode switching: the routed workflow,
+with and without the team cost, against fixed K = 1 and fixed K = K_max on the same
+budget and starting policy) and ``paper`` (a Qwen-class model with the vLLM backend on
+a GPU).
+
+A pair is ``(env, workflow)``, or ``(env, label)`` with the label's settings in the
+preset's ``variants`` (a workflow and config overrides, e.g. the routed workflow with a
+cost, or a fixed K); ``warm_pair`` there names the pair whose warm start it shares. Finished runs are kept, so an interrupted harness picks up where it
 stopped when started again with the same ``--out``.
 """
 
@@ -75,6 +81,37 @@ PRESETS: dict[str, dict[str, Any]] = {
               "overrides": {"SRPO-Search-v0": dict(
                   n_agents=2, max_turns=2, steps=3, eval_tasks=32, max_new_tokens=48,
                   extra_env_kwargs={"hops": [1]})}},
+    # Mode switching (issue 11): the routed workflow against fixed K = 1 and fixed
+    # K = K_max, one algorithm (srpo), the same budget and the same starting policy (the
+    # routed pair's warm start, which imitates a scripted team routing at random, so it
+    # covers every route). "routed+cost" charges COST_PER_TOKEN per generated token.
+    # Math mixes levels 0 and 1 so the router can condition on difficulty. Settings are
+    # the demo's (lr 3e-5, 4 clipped updates per batch, clip-higher), fixed before the run.
+    "routing": {"pairs": [("SRPO-Math-v0", "routed"), ("SRPO-Math-v0", "routed+cost"),
+                          ("SRPO-Math-v0", "K=1"), ("SRPO-Math-v0", "K=3"),
+                          ("SRPO-Search-v0", "routed"), ("SRPO-Search-v0", "routed+cost"),
+                          ("SRPO-Search-v0", "K=1"), ("SRPO-Search-v0", "K=2")],
+                "algos": ["srpo"], "seeds": [0],
+                "base": dict(model="tiny", steps=40, group_size=8, tasks_per_step=16,
+                             lr=3e-5, epochs=1, minibatch_units=64, eps_high=0.28,
+                             difficulty=(0, 1), max_new_tokens=32, eval_tasks=500, eval_k=4,
+                             n_agents=3, warmstart_steps=400, warmstart_decay=True,
+                             warmstart_minutes=60.0, warmstart_target=1.0,
+                             warmstart_skill=0.5),
+                "overrides": {"SRPO-Search-v0": dict(
+                    n_agents=2, max_turns=2, steps=20, eval_tasks=200, max_new_tokens=48,
+                    extra_env_kwargs={"hops": [1]})},
+                "variants": {
+                    ("SRPO-Math-v0", "routed+cost"): dict(workflow="routed", warm_pair="routed",
+                                                          cost_per_token=0.002),
+                    ("SRPO-Math-v0", "K=1"): dict(workflow="single", warm_pair="routed"),
+                    ("SRPO-Math-v0", "K=3"): dict(workflow="parallel", warm_pair="routed"),
+                    ("SRPO-Search-v0", "routed+cost"): dict(
+                        workflow="routed", warm_pair="routed", cost_per_token=0.002,
+                        cost_per_tool_call=0.05),
+                    ("SRPO-Search-v0", "K=1"): dict(workflow="parallel", n_agents=1,
+                                                    warm_pair="routed"),
+                    ("SRPO-Search-v0", "K=2"): dict(workflow="parallel", warm_pair="routed")}},
     # The GPU preset: the paper's setting on the real benchmark files (see
     # srpo_agents.benchmark_sets). Training data: the MATH train stand-in; for search,
     # HotpotQA train questions over a Wikipedia retrieval server (Search-R1's protocol)
@@ -105,18 +142,22 @@ def _read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
-def run_rows(config: TrainConfig, summary: dict, run_dir: Path) -> list[dict]:
+def run_rows(config: TrainConfig, summary: dict, run_dir: Path, label: str = "") -> list[dict]:
     steps = _read_metrics(run_dir)
     norms = [s["grad_norm"] for s in steps if "grad_norm" in s]
     mean_norm = statistics.mean(norms) if norms else 0.0
     train_tokens = sum(s["tokens_per_task"] for s in steps) * config.tasks_per_step * config.group_size
-    common = {"env": config.env, "workflow": config.workflow, "algo": config.algo,
+    common = {"env": config.env, "workflow": label or config.workflow, "algo": config.algo,
               "seed": config.seed, "steps": config.steps, "train_tokens": train_tokens,
               "grad_norm_cv": statistics.pstdev(norms) / mean_norm if mean_norm else 0.0,
               "mean_set_size": statistics.mean(s["mean_set_size"] for s in steps) if steps else 0.0,
               "events_dropped": sum(s["events_dropped"] for s in steps),
               "train_accuracy": [s["accuracy"] for s in steps],
               "wall_time_s": summary.get("wall_time_s", 0.0)}
+    routing = [s for s in steps if "route_mean_k" in s]
+    if routing:
+        common["route_mean_k_curve"] = [s["route_mean_k"] for s in routing]
+        common["mean_set_size_curve"] = [s["mean_set_size"] for s in routing]
     rows = []
     for checkpoint in ("before", "after"):
         result = summary[checkpoint]
@@ -179,8 +220,8 @@ def before_job(config: TrainConfig, path: Path, benchmarks: str = "", tasks: int
     return json.loads(path.read_text())["before"]
 
 
-def run_job(config: TrainConfig, before: dict, benchmarks: str = "", tasks: int = 0
-            ) -> list[dict]:
+def run_job(config: TrainConfig, before: dict, benchmarks: str = "", tasks: int = 0,
+            label: str = "") -> list[dict]:
     """Train one algorithm on one pair and seed; a finished run is read back, not redone.
     With ``benchmarks``, the trained policy is also evaluated on each benchmark file."""
     from srpo_agents.train import train
@@ -193,7 +234,7 @@ def run_job(config: TrainConfig, before: dict, benchmarks: str = "", tasks: int 
         summary["after"]["benchmarks"] = benchmark_results(
             config, _engine(config, str(run_dir / "policy")), benchmarks, tasks)
         write_json_atomic(run_dir / "summary.json", summary)
-    return run_rows(config, summary, run_dir)
+    return run_rows(config, summary, run_dir, label)
 
 
 def _pool(workers: int):
@@ -213,8 +254,23 @@ def _pair_name(env: str, workflow: str) -> str:
     return f"{env}-{workflow}"
 
 
-def run_preset(name: str, out: Path, log=print, workers: int = 1) -> list[dict]:
-    preset = PRESETS[name]
+def pair_settings(preset: dict, env: str, label: str, base: dict | None = None
+                  ) -> tuple[str, dict[str, Any], str]:
+    """(workflow, settings, warm-start pair label) of one pair of a preset; ``base``
+    replaces the preset's base settings (a run's resolved model)."""
+    variant = dict(preset.get("variants", {}).get((env, label), {}))
+    workflow = variant.pop("workflow", label)
+    warm = variant.pop("warm_pair", label)
+    settings = {**(base or preset["base"]), **preset.get("overrides", {}).get(env, {}),
+                **variant}
+    return workflow, settings, warm
+
+
+def run_preset(name: str, out: Path, log=print, workers: int = 1,
+               envs: tuple[str, ...] = ()) -> list[dict]:
+    preset = dict(PRESETS[name])
+    if envs:
+        preset["pairs"] = [p for p in preset["pairs"] if p[0] in envs]
     out.mkdir(parents=True, exist_ok=True)
     base = dict(preset["base"])
     started = time.monotonic()
@@ -225,34 +281,35 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1) -> list[dict]:
         if not (model_dir / "config.json").is_file():
             build_tiny_policy(["x"], model_dir, hidden_size=64, num_layers=2, num_heads=2)
         base.update(model=str(model_dir), compact_prompts=True)
-    overrides = preset.get("overrides", {})
-
-    def settings_for(env: str) -> dict[str, Any]:
-        return {**base, **overrides.get(env, {})}
+    def settings_for(env: str, label: str) -> tuple[str, dict[str, Any], str]:
+        return pair_settings(preset, env, label, base)
 
     pool = _pool(workers)
     try:
         starts: dict[tuple[str, str], str] = {}
         if base["model"] == "tiny":
             # One warm start per pair, shared by its seeds and algorithms.
-            jobs = []
-            for env, workflow in preset["pairs"]:
-                folder = out / "warmstart" / _pair_name(env, workflow)
-                jobs.append((TrainConfig(env=env, workflow=workflow, seed=0,
-                                         out=str(folder), warmstart_dir=str(folder),
-                                         **settings_for(env)),))
-                starts[(env, workflow)] = str(folder / "warmstart")
+            jobs, own = [], []
+            for env, label in preset["pairs"]:
+                workflow, settings, warm = settings_for(env, label)
+                folder = out / "warmstart" / _pair_name(env, warm)
+                starts[(env, label)] = str(folder / "warmstart")
+                if warm == label:
+                    own.append((env, label))
+                    jobs.append((TrainConfig(env=env, workflow=workflow, seed=0,
+                                             out=str(folder), warmstart_dir=str(folder),
+                                             **settings),))
             log(f"harness: {len(jobs)} warm starts")
             metas = _map(pool, warm_start_job, jobs)
             write_json_atomic(out / "warmstart" / "summary.json", {
-                _pair_name(*p): m for p, m in zip(preset["pairs"], metas, strict=True)})
+                _pair_name(*p): m for p, m in zip(own, metas, strict=True)})
 
-        def config_for(env: str, workflow: str, seed: int, algo: str) -> TrainConfig:
-            settings = settings_for(env)
-            if (env, workflow) in starts:
-                settings.update(model=starts[(env, workflow)], compact_prompts=True)
+        def config_for(env: str, label: str, seed: int, algo: str) -> TrainConfig:
+            workflow, settings, _ = settings_for(env, label)
+            if (env, label) in starts:
+                settings.update(model=starts[(env, label)], compact_prompts=True)
             return TrainConfig(env=env, workflow=workflow, algo=algo, seed=seed, save_every=0,
-                               out=str(out / "runs" / f"{_pair_name(env, workflow)}-{algo}-s{seed}"),
+                               out=str(out / "runs" / f"{_pair_name(env, label)}-{algo}-s{seed}"),
                                **settings)
 
         keys = [(env, workflow, seed) for env, workflow in preset["pairs"]
@@ -263,7 +320,7 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1) -> list[dict]:
             (replace(config_for(*key, REFERENCE), out=str(out / "before")),
              out / "before" / f"{_pair_name(*key[:2])}-s{key[2]}.json",
              benchmarks.get(key[0], ""), tasks) for key in keys]), strict=True))
-        jobs = [(config_for(*key, algo), befores[key], benchmarks.get(key[0], ""), tasks)
+        jobs = [(config_for(*key, algo), befores[key], benchmarks.get(key[0], ""), tasks, key[1])
                 for key in keys for algo in preset["algos"]]
         log(f"harness: {len(jobs)} runs on {max(workers, 1)} worker(s)")
         rows = [row for rows_ in _map(pool, run_job, jobs) for row in rows_]
@@ -275,6 +332,8 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1) -> list[dict]:
     command = f"python benchmarks/harness.py --preset {name} --out {out}"
     if workers > 1:
         command += f" --workers {workers}"
+    if envs:
+        command += " --envs " + " ".join(envs)
     write_table(rows, out / "table.md", command, time.monotonic() - started)
     write_plots(rows, out)
     return rows
@@ -401,7 +460,63 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
             lines.append(f"| {pair[0]} | {pair[1]} | {_diff_cell(top)} | {_diff_cell(low)} | "
                          f"{held} |")
     lines += _benchmark_lines(rows, pairs, algos)
+    lines += _routing_lines(rows, pairs)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _routing_lines(rows: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
+    """Routed pairs: the routes the trained router chose on the held-out tasks (summed
+    over seeds), by difficulty level where the tasks have one, and accuracy and tokens
+    per task by the chosen K."""
+    routed = [(p, [r for r in rows if (r["env"], r["workflow"]) == p and "routing" in r])
+              for p in pairs]
+    routed = [(p, sel) for p, sel in routed if sel]
+    if not routed:
+        return []
+    lines = ["", "Routing on the held-out tasks (route events summed over seeds; an "
+             "episode's K is its first route's). \"mean set size\" is the training "
+             "mean over steps of the active-set size (the paper's router settled at "
+             "1.638):", "",
+             "| env | pair | algo | checkpoint | K chosen (count) | mean K | mean set size | "
+             "unreadable routes | by level: K (count) | avg accuracy / tokens per episode "
+             "by K |", "|---|---|---|---|---|---:|---:|---:|---|---|"]
+    for (env, label), sel in routed:
+        for algo in sorted({r["algo"] for r in sel}):
+            for checkpoint in ("before", "after"):
+                group = [r for r in sel if r["algo"] == algo and r["checkpoint"] == checkpoint]
+                if not group:
+                    continue
+                counts: dict[str, int] = {}
+                levels: dict[str, dict[str, int]] = {}
+                by_k: dict[str, list[tuple[int, float, float]]] = {}
+                for r in group:
+                    routing = r["routing"]
+                    for k, n in routing["route_k_counts"].items():
+                        counts[k] = counts.get(k, 0) + n
+                    for level, ks in routing.get("by_level", {}).items():
+                        for k, n in ks.items():
+                            levels.setdefault(level, {})[k] = levels.setdefault(level, {}).get(k, 0) + n
+                    for k, v in routing["by_route_k"].items():
+                        by_k.setdefault(k, []).append((v["episodes"], v["accuracy"],
+                                                       v["tokens_per_task"]))
+                total = sum(counts.values())
+                mean_k = sum(int(k) * n for k, n in counts.items()) / total
+                level_cell = "; ".join(
+                    f"level {lv}: " + ", ".join(f"K={k} ({n})" for k, n in sorted(ks.items()))
+                    for lv, ks in sorted(levels.items())) or "-"
+                by_k_cell = "; ".join(
+                    f"K={k}: {sum(e * a for e, a, _ in v) / sum(e for e, _, _ in v):.3f} / "
+                    f"{sum(e * t for e, _, t in v) / sum(e for e, _, _ in v):.0f}"
+                    for k, v in sorted(by_k.items()))
+                set_size = (f"{statistics.mean(r['mean_set_size'] for r in group):.2f}"
+                            if checkpoint == "after" else "")
+                lines.append(
+                    f"| {env} | {label} | {algo} | {checkpoint} | "
+                    + ", ".join(f"K={k} ({n})" for k, n in sorted(counts.items()))
+                    + f" | {mean_k:.2f} | {set_size} | "
+                    f"{sum(r['routing']['route_parse_failures'] for r in group)} | "
+                    f"{level_cell} | {by_k_cell} |")
+    return lines
 
 
 def _benchmark_lines(rows: list[dict], pairs: list[tuple[str, str]], algos: list[str]
@@ -470,6 +585,32 @@ def write_plots(rows: list[dict], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "accuracy_vs_tokens.png", dpi=120)
     plt.close(fig)
+    _plot_set_size(after, out, plt)
+
+
+def _plot_set_size(after: list[dict], out: Path, plt) -> None:
+    """Routed runs: the mean active-set size and mean chosen K per training step
+    (mean over seeds), against the SRPO paper's settled 1.638."""
+    routed = sorted({(r["env"], r["workflow"]) for r in after if "mean_set_size_curve" in r})
+    if not routed:
+        return
+    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    for env, label in routed:
+        curves = [r for r in after if (r["env"], r["workflow"]) == (env, label)
+                  and "mean_set_size_curve" in r]
+        for key, style in (("mean_set_size_curve", "-"), ("route_mean_k_curve", ":")):
+            mean = [statistics.mean(c[key][i] for c in curves)
+                    for i in range(min(len(c[key]) for c in curves))]
+            ax.plot(range(1, len(mean) + 1), mean, style,
+                    label=f"{env.split('-')[1]} {label}: "
+                          + ("mean set size" if key.startswith("mean") else "mean chosen K"))
+    ax.axhline(1.638, color="gray", linestyle="--", label="paper's router (1.638)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("size")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out / "routing_set_size.png", dpi=120)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -479,11 +620,17 @@ def main() -> None:
     parser.add_argument("--out", default="")
     parser.add_argument("--workers", type=int, default=1,
                         help="runs in parallel, one process and one thread each")
+    parser.add_argument("--envs", nargs="*", default=[],
+                        help="run only the preset's pairs of these env ids")
     args = parser.parse_args()
     if args.workers < 1:
         sys.exit(f"--workers={args.workers}: expected an int >= 1")
+    known = {env for env, _ in PRESETS[args.preset]["pairs"]}
+    if set(args.envs) - known:
+        sys.exit(f"--envs={args.envs}: expected env ids of the {args.preset} preset, "
+                 f"{sorted(known)}")
     out = Path(args.out or f"runs/harness-{args.preset}")
-    run_preset(args.preset, out, workers=args.workers)
+    run_preset(args.preset, out, workers=args.workers, envs=tuple(args.envs))
     print((out / "table.md").read_text())
 
 

@@ -33,8 +33,10 @@ def routing_summary(rollouts, correct_of) -> dict[str, Any]:
     ``route_parse_failures``: router replies that could not be read (the default route
     was taken); ``route_verify_fraction``: episodes whose route asked for a verifier (math);
     ``by_route_k``: per chosen K (of the episode's first route), its episodes, accuracy
-    and generated tokens per episode. ``correct_of(rollout) -> bool``."""
+    and generated tokens per episode; ``by_level``: where route events carry the task's
+    ``level``, the count of each chosen K per level. ``correct_of(rollout) -> bool``."""
     counts: Counter[int] = Counter()
+    by_level: dict[str, Counter] = defaultdict(Counter)
     failures = verify = 0
     by_k: dict[int, list] = defaultdict(list)
     for rollout in rollouts:
@@ -42,6 +44,8 @@ def routing_summary(rollouts, correct_of) -> dict[str, Any]:
         for event in events:
             counts[int(event.info["route_k"])] += 1
             failures += not event.info.get("route_parsed", True)
+            if "level" in event.info:
+                by_level[str(event.info["level"])][str(event.info["route_k"])] += 1
         if events:
             verify += bool(rollout.transitions[-1].info.get("route_verify"))
             by_k[int(events[0].info["route_k"])].append(rollout)
@@ -58,6 +62,8 @@ def routing_summary(rollouts, correct_of) -> dict[str, Any]:
                                 "tokens_per_task": float(np.mean([r.generated_tokens
                                                                   for r in group]))}
                        for k, group in sorted(by_k.items())},
+        **({"by_level": {level: dict(sorted(c.items())) for level, c in sorted(by_level.items())}}
+           if by_level else {}),
     }
 
 

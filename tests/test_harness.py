@@ -10,7 +10,7 @@ from srpo_agents.config import TrainConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from harness import PRESETS, run_preset  # noqa: E402
+from harness import PRESETS, pair_settings, run_preset  # noqa: E402
 
 
 def test_smoke_preset_writes_results_table_and_plots(tmp_path, monkeypatch):
@@ -63,11 +63,17 @@ def test_every_preset_builds_valid_configs(name):
     """Each preset's settings pass TrainConfig's checks for every pair (the paper preset
     cannot run here: it needs a GPU, vLLM and a retrieval server)."""
     preset = PRESETS[name]
-    for env, workflow in preset["pairs"]:
-        settings = {**preset["base"], **preset.get("overrides", {}).get(env, {})}
+    for env, label in preset["pairs"]:
+        workflow, settings, warm = pair_settings(preset, env, label)
+        assert (env, warm) in preset["pairs"]
         for algo in preset["algos"]:
             config = TrainConfig(env=env, workflow=workflow, algo=algo, **settings)
             assert config.algo == algo
+            # the workflow exists and the env accepts the settings
+            from srpo_agents.envs import env_kwargs
+
+            kwargs = env_kwargs(config, "test")
+            assert kwargs["workflow"] == workflow
         for key in ("dataset", "eval_dataset"):
             if key in settings and not Path(settings[key]).is_file():
                 pytest.skip(f"{settings[key]} is absent (../shared/data)")
@@ -78,3 +84,32 @@ def test_every_preset_builds_valid_configs(name):
                 assert benchmark_configs(config, preset["benchmarks"][env])
             except FileNotFoundError as missing:
                 pytest.skip(str(missing))
+
+
+def test_routed_pairs_with_fixed_k_references_share_a_start_and_report_routes(tmp_path,
+                                                                            monkeypatch):
+    """A routing preset in miniature: the routed pair and its fixed-K references start
+    from one policy (one warm-start folder), run the same budget, and the table gets the
+    routing section with the routes by level."""
+    monkeypatch.setitem(PRESETS, "route-smoke", {
+        "pairs": [("SRPO-Math-v0", "routed"), ("SRPO-Math-v0", "K=1"),
+                  ("SRPO-Math-v0", "K=2")],
+        "algos": ["srpo"], "seeds": [0],
+        "base": dict(model="fresh-tiny", steps=2, group_size=2, tasks_per_step=2,
+                     eval_tasks=4, eval_k=2, max_new_tokens=12, n_agents=2,
+                     difficulty=(0, 1)),
+        "variants": {("SRPO-Math-v0", "K=1"): dict(workflow="single"),
+                     ("SRPO-Math-v0", "K=2"): dict(workflow="parallel")}})
+    monkeypatch.setenv("SRPO_CACHE_DIR", str(tmp_path / "cache"))
+    rows = run_preset("route-smoke", tmp_path, log=lambda *_: None)
+    assert sorted({r["workflow"] for r in rows}) == ["K=1", "K=2", "routed"]
+    assert len({r["steps"] for r in rows}) == 1
+    routed = [r for r in rows if r["workflow"] == "routed"]
+    assert all("routing" in r for r in routed)
+    assert not any("routing" in r for r in rows if r["workflow"] != "routed")
+    after = next(r for r in routed if r["checkpoint"] == "after")
+    assert sum(after["routing"]["route_k_counts"].values()) == 4 * 2
+    assert set(after["routing"]["by_level"]) <= {"0", "1"}
+    table = (tmp_path / "table.md").read_text()
+    assert "Routing on the held-out tasks" in table and "| SRPO-Math-v0 | routed | srpo |" in table
+    assert (tmp_path / "routing_set_size.png").stat().st_size > 1000

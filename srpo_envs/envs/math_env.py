@@ -19,7 +19,8 @@ consumed set is the SRPO active set:
   that cannot be read: ``srpo_envs.routing``, ``default_route``). A verifier that
   rejects with a corrected answer replaces the answer; otherwise the answer stands.
   Every transition's info carries ``route_k`` and ``route_verify``; the route event's
-  also ``route_parsed`` and ``route_failures`` (replies that could not be read).
+  also ``route_parsed``, ``route_failures`` (replies that could not be read) and, for
+  generated tasks, the task's ``level``.
 
 ## Observation
 Per agent, a string: the agent's prompt when it is due to act, otherwise a short note
@@ -389,6 +390,8 @@ class MathEnv(EventEnv):
         self._route = route
         self._route_failures += not parsed
         info = {"route_parsed": parsed, "route_failures": self._route_failures}
+        if "level" in self._task.meta:  # generated tasks: does routing follow difficulty?
+            info["level"] = self._task.meta["level"]
         return EventOutcome("route", info=info, next_prompts=self._solver_prompts(route.k))
 
     def _routed_answer(self, event_type: str, text: str | None, info: dict) -> EventOutcome:
