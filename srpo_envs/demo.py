@@ -28,7 +28,7 @@ def show_episode(workflow: str, seed: int) -> None:
 
 
 def main() -> None:
-    for seed, workflow in enumerate(("single", "solve_verify", "parallel")):
+    for seed, workflow in enumerate(math_v0.WORKFLOWS):
         show_episode(workflow, seed)
 
 

@@ -2,7 +2,13 @@
 
 from pettingzoo.utils.conversions import parallel_to_aec
 
-from srpo_envs.envs.math_env import DEFAULT_PROMPTS, MathEnv, MathEnvConfig, parallel_env
+from srpo_envs.envs.math_env import (
+    DEFAULT_PROMPTS,
+    WORKFLOWS,
+    MathEnv,
+    MathEnvConfig,
+    parallel_env,
+)
 from srpo_envs.gym_view import SetwiseGymEnv
 
 raw_env = MathEnv
@@ -19,5 +25,5 @@ def gym_env(**kwargs) -> SetwiseGymEnv:
     return SetwiseGymEnv(parallel_env(render_mode=render_mode, **kwargs))
 
 
-__all__ = ["DEFAULT_PROMPTS", "MathEnv", "MathEnvConfig", "env", "gym_env", "parallel_env",
-           "raw_env"]
+__all__ = ["DEFAULT_PROMPTS", "WORKFLOWS", "MathEnv", "MathEnvConfig", "env", "gym_env",
+           "parallel_env", "raw_env"]

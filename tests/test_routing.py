@@ -279,7 +279,10 @@ def test_router_learns_one_agent_for_easy_and_a_team_for_hard(uniform_router):
 
 
 # -- the diagnostics, end to end ---------------------------------------------------------
-def test_routed_training_run_reports_routing(tmp_path):
+@pytest.mark.parametrize("per_role", [False, True])
+def test_routed_training_run_reports_routing(tmp_path, per_role):
+    """A routed run writes the routing figures every step; with ``per_role_policies``
+    the router is its own policy."""
     env = math_v0.parallel_env(workflow="parallel", seed=0)
     texts = [env.task(i).question + env.task(i).solution for i in range(100)] + ["ROUTE: 123+v"]
     tiny = tmp_path / "tiny"
@@ -287,7 +290,8 @@ def test_routed_training_run_reports_routing(tmp_path):
     config = TrainConfig(env="SRPO-Math-v0", workflow="routed", n_agents=3,
                          model=str(tiny), compact_prompts=True, steps=2, group_size=2,
                          tasks_per_step=3, eval_tasks=3, eval_k=2, max_new_tokens=8,
-                         cost_per_token=0.001, out=str(tmp_path / "run"))
+                         cost_per_token=0.001, per_role_policies=per_role,
+                         out=str(tmp_path / "run"))
     summary = train(config, log=lambda *_: None)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
             .splitlines()]
@@ -298,4 +302,5 @@ def test_routed_training_run_reports_routing(tmp_path):
         assert 1 <= row["route_mean_k"] <= 3 and row["mean_set_size"] >= 1
     assert summary["after"]["routing"]["route_parse_failures"] >= 0
     assert (tmp_path / "run" / "routing.png").is_file()
+    assert (tmp_path / "run" / "policy-router").is_dir() == per_role
     assert np.isfinite(rows[-1]["reward"])
