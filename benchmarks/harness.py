@@ -92,6 +92,11 @@ PRESETS: dict[str, dict[str, Any]] = {
                           ("SRPO-Search-v0", "routed"), ("SRPO-Search-v0", "routed+cost"),
                           ("SRPO-Search-v0", "K=1"), ("SRPO-Search-v0", "K=2")],
                 "algos": ["srpo"], "seeds": [0],
+                "compare": [(env, a, b) for env, k_max in (("SRPO-Math-v0", "K=3"),
+                                                           ("SRPO-Search-v0", "K=2"))
+                            for a, b in (("routed", "K=1"), ("routed", k_max),
+                                         ("routed+cost", "K=1"), ("routed", "routed+cost"),
+                                         ("K=1", k_max))],
                 "base": dict(model="tiny", steps=40, group_size=8, tasks_per_step=16,
                              lr=3e-5, epochs=1, minibatch_units=64, eps_high=0.28,
                              difficulty=(0, 1), max_new_tokens=32, eval_tasks=500, eval_k=4,
@@ -334,7 +339,8 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
         command += f" --workers {workers}"
     if envs:
         command += " --envs " + " ".join(envs)
-    write_table(rows, out / "table.md", command, time.monotonic() - started)
+    write_table(rows, out / "table.md", command, time.monotonic() - started,
+                [c for c in preset.get("compare", []) if c[0] in {e for e, _ in preset["pairs"]}])
     write_plots(rows, out)
     return rows
 
@@ -378,7 +384,9 @@ def _diff_cell(d: dict[str, float]) -> str:
     return f"{d['diff']:+.3f} (±{d['seed_se']:.3f} seeds, ±{d['task_se']:.3f} tasks) {d['verdict']}"
 
 
-def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0) -> None:
+def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0,
+                comparisons: list[tuple[str, str, str]] = ()) -> None:
+    """``comparisons``: (env, pair label, pair label) whose trained runs are compared."""
     after = [r for r in rows if r["checkpoint"] == "after"]
     pairs = sorted({(r["env"], r["workflow"]) for r in after})
     algos = sorted({r["algo"] for r in after})
@@ -436,16 +444,27 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
                 if algo != REFERENCE and ref and other:
                     lines.append(f"| {pair[0]} | {pair[1]} | {algo} | "
                                  f"{_diff_cell(paired_difference(ref, other))} |")
-        lines += ["", "Each algorithm after training minus the shared start (did training "
-                  "move held-out accuracy at this budget?):", "",
-                  "| env | workflow | algo | after - start |", "|---|---|---|---|"]
-        for pair in pairs:
+    lines += ["", "Each algorithm after training minus the shared start (did training "
+              "move held-out accuracy at this budget?):", "",
+              "| env | workflow | algo | after - start |", "|---|---|---|---|"]
+    for pair in pairs:
+        for algo in algos:
+            trained = _pair_rows(rows, pair, algo, "after")
+            start = _pair_rows(rows, pair, algo, "before")
+            if trained and start:
+                lines.append(f"| {pair[0]} | {pair[1]} | {algo} | "
+                             f"{_diff_cell(paired_difference(trained, start))} |")
+    if comparisons:
+        lines += ["", "Pair against pair after training (the same algorithm, held-out tasks, "
+                  "seeds and budget), paired by seed and task:", "",
+                  "| env | algo | pair - pair | avg@k difference |", "|---|---|---|---|"]
+        for env, a, b in comparisons:
             for algo in algos:
-                trained = _pair_rows(rows, pair, algo, "after")
-                start = _pair_rows(rows, pair, algo, "before")
-                if trained and start:
-                    lines.append(f"| {pair[0]} | {pair[1]} | {algo} | "
-                                 f"{_diff_cell(paired_difference(trained, start))} |")
+                rows_a = _pair_rows(rows, (env, a), algo, "after")
+                rows_b = _pair_rows(rows, (env, b), algo, "after")
+                if rows_a and rows_b:
+                    lines.append(f"| {env} | {algo} | {a} - {b} | "
+                                 f"{_diff_cell(paired_difference(rows_a, rows_b))} |")
     if set(KAPPA_ABLATION) <= set(algos):
         lines += ["", "Kappa ablation (the paper's ordering: 1/sqrt K above sum above mean):",
                   "", "| env | workflow | srpo - srpo_sum | srpo_sum - srpo_mean | "
@@ -579,13 +598,20 @@ def write_plots(rows: list[dict], out: Path) -> None:
                        color=colors[algo], marker=markers[index % len(markers)], s=18,
                        label=algo if index == 0 else None)
     ax.set_xscale("log")
-    ax.set_xlabel("generated training tokens (marker: env/workflow pair)")
-    ax.set_ylabel("held-out avg@k")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "accuracy_vs_tokens.png", dpi=120)
-    plt.close(fig)
+    _finish(fig, ax, "generated training tokens (marker: env/workflow pair)", "held-out avg@k",
+            7, out / "accuracy_vs_tokens.png")
     _plot_set_size(after, out, plt)
+
+
+def _finish(fig, ax, xlabel: str, ylabel: str, legend_size: int, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def _plot_set_size(after: list[dict], out: Path, plt) -> None:
@@ -605,12 +631,7 @@ def _plot_set_size(after: list[dict], out: Path, plt) -> None:
                     label=f"{env.split('-')[1]} {label}: "
                           + ("mean set size" if key.startswith("mean") else "mean chosen K"))
     ax.axhline(1.638, color="gray", linestyle="--", label="paper's router (1.638)")
-    ax.set_xlabel("step")
-    ax.set_ylabel("size")
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "routing_set_size.png", dpi=120)
-    plt.close(fig)
+    _finish(fig, ax, "step", "size", 6, out / "routing_set_size.png")
 
 
 def main() -> None:
