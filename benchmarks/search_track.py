@@ -14,7 +14,8 @@ then run it on held-out (test-split) questions and measure:
 - **accuracy**: held-out avg@k and pass@k (exact match after SQuAD normalization).
 
 A warm start whose settings match is read back from ``OUT/WORKFLOW/warmstart``. Writes
-``benchmarks/results/search_track.md`` and ``.json``.
+``benchmarks/results/search_track_run.md`` and ``.json`` (the findings over many runs
+are kept by hand in ``search_track.md``, which this script leaves alone).
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def main() -> None:
             f"| {r['avg_at_k']:.3f} ± {r['avg_at_k_stderr']:.3f} | {r['pass_at_k']:.3f} |")
     lines += ["", f"Held-out: {next(iter(results.values()))['tasks']} questions x "
               f"k={args.k}; ± is the standard error over questions."]
-    write_results("search_track", lines, results)
+    write_results("search_track_run", lines, results)
 
 
 if __name__ == "__main__":
