@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+from srpo_envs.routing import check_cost
 
 ENV_IDS = ("SRPO-Math-v0", "SRPO-Search-v0")
 
@@ -129,10 +130,7 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r}: expected an int >= 1")
-        for name in ("cost_per_token", "cost_per_tool_call"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not 0 <= value < float("inf"):
-                raise ValueError(f"{name}={value!r}: expected a finite number >= 0")
+        check_cost(self.cost_per_token, self.cost_per_tool_call, None)
         if self.cost_per_tool_call and self.env != "SRPO-Search-v0":
             raise ValueError(f"cost_per_tool_call={self.cost_per_tool_call!r}: only the "
                              f"search env has tool calls (env={self.env!r})")

@@ -340,22 +340,30 @@ class MathEnv(EventEnv):
                 "majority_answer": majority, "correct": self._is_correct(majority)}
         return EventOutcome("solve", info=info, next_prompts={"aggregator_0": prompt})
 
-    def _solve_step(self, text: str | None) -> EventOutcome:
+    def _to_verifier(self, text: str | None) -> dict[str, str]:
+        """Keep ``text`` as the candidate; the verifier's prompt for it."""
         self._candidate = text or ""
-        answer = self._answer_of(text)
         solution = as_data(text, self.config.max_output_chars) if text else NO_ANSWER
-        prompt = render(self.templates["verifier"],
-                        {"question": self._question, "solution": solution})
-        info = {"answer": answer, "correct": self._is_correct(answer), "round": self._round}
-        return EventOutcome("solve", info=info, next_prompts={"verifier_0": prompt})
+        return {"verifier_0": render(self.templates["verifier"],
+                                     {"question": self._question, "solution": solution})}
 
-    def _verify_step(self, text: str | None) -> EventOutcome:
+    def _judge(self, text: str | None) -> tuple[str | None, bool, str | None, dict[str, Any]]:
+        """(candidate answer, accepted, corrected answer, info) of a verifier reply."""
         candidate = self._answer_of(self._candidate)
         accepted, corrected = parse_verdict(text or "", candidate)
         info: dict[str, Any] = {"verdict": "accept" if accepted else "reject",
-                                "round": self._round,
                                 "candidate_correct": self._is_correct(candidate)}
         info["verifier_right"] = accepted == info["candidate_correct"]
+        return candidate, accepted, corrected, info
+
+    def _solve_step(self, text: str | None) -> EventOutcome:
+        answer = self._answer_of(text)
+        info = {"answer": answer, "correct": self._is_correct(answer), "round": self._round}
+        return EventOutcome("solve", info=info, next_prompts=self._to_verifier(text))
+
+    def _verify_step(self, text: str | None) -> EventOutcome:
+        candidate, accepted, corrected, info = self._judge(text)
+        info["round"] = self._round
         if accepted:
             return self._final("verify", candidate, info)
         self._round += 1
@@ -398,18 +406,10 @@ class MathEnv(EventEnv):
         """The team's answer (one solver's or the aggregator's): final, or to the verifier."""
         if not self._route.verify:
             return self._final(event_type, info["answer"], info)
-        self._candidate = text or ""
-        solution = as_data(text, self.config.max_output_chars) if text else NO_ANSWER
-        prompt = render(self.templates["verifier"],
-                        {"question": self._question, "solution": solution})
-        return EventOutcome(event_type, info=info, next_prompts={"verifier_0": prompt})
+        return EventOutcome(event_type, info=info, next_prompts=self._to_verifier(text))
 
     def _routed_verify(self, text: str | None) -> EventOutcome:
-        candidate = self._answer_of(self._candidate)
-        accepted, corrected = parse_verdict(text or "", candidate)
-        info: dict[str, Any] = {"verdict": "accept" if accepted else "reject",
-                                "candidate_correct": self._is_correct(candidate)}
-        info["verifier_right"] = accepted == info["candidate_correct"]
+        candidate, accepted, corrected, info = self._judge(text)
         return self._final("verify", candidate if accepted else (corrected or candidate), info)
 
 
