@@ -98,8 +98,10 @@ def name_accuracy(policy, encoded) -> float:
 def searcher(name: str, seed: int, steps: int, options: dict) -> None:
     config = track_config("search_answer_verify", str(OUT / name), 100, 60.0, seed)
     only = lambda examples: [e for e in examples if e[0] == "searcher"]  # noqa: E731
-    train = only(reference_examples(env_factory(config, "train"), 3000, seed, skill=1.0))
-    held = only(reference_examples(env_factory(config, "test"), 200, seed + 99, skill=1.0))
+    train = only(reference_examples(env_factory(config, "train"), 3000, seed, skill=1.0,
+                                    env_name=config.env))
+    held = only(reference_examples(env_factory(config, "test"), 200, seed + 99, skill=1.0,
+                                   env_name=config.env))
     if "theta" in options:
         with_rope_theta(float(options["theta"]))
     torch.manual_seed(seed)

@@ -117,6 +117,21 @@ PRESETS: dict[str, dict[str, Any]] = {
                     ("SRPO-Search-v0", "K=1"): dict(workflow="parallel", n_agents=1,
                                                     warm_pair="routed"),
                     ("SRPO-Search-v0", "K=2"): dict(workflow="parallel", warm_pair="routed")}},
+    # A third environment (issue 12's tutorial env, docs/new-environment.md): does the
+    # tiny policy learn Countdown? One solver against three proposers and an aggregator,
+    # from one shared warm start (the parallel pair's), two and three numbers 1-9. The
+    # settings are the routing preset's, fixed before the run.
+    "countdown": {"pairs": [("SRPO-Countdown-v0", "parallel"), ("SRPO-Countdown-v0", "single")],
+                  "algos": ["srpo"], "seeds": [0],
+                  "compare": [("SRPO-Countdown-v0", "parallel", "single")],
+                  "base": dict(model="tiny", steps=40, group_size=8, tasks_per_step=16,
+                               lr=3e-5, epochs=1, minibatch_units=64, eps_high=0.28,
+                               difficulty=(0, 1), max_new_tokens=16, eval_tasks=500,
+                               eval_k=4, n_agents=3, warmstart_steps=400,
+                               warmstart_decay=True, warmstart_minutes=60.0,
+                               warmstart_target=1.0, warmstart_skill=0.5),
+                  "variants": {("SRPO-Countdown-v0", "single"): dict(
+                      workflow="single", warm_pair="parallel")}},
     # The GPU preset: the paper's setting on the real benchmark files (see
     # srpo_agents.benchmark_sets). Training data: the MATH train stand-in; for search,
     # HotpotQA train questions over a Wikipedia retrieval server (Search-R1's protocol)

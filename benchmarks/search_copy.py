@@ -35,7 +35,8 @@ def copy_rate(steps: int, seed: int, tasks: int, out: Path) -> dict:
     policy, meta = warm_start(out, env_factory(config, "train"), make_test, minutes=60.0,
                               target=1.0, seed=seed, max_new_tokens=32, steps=steps,
                               episodes=6000, eval_tasks=4, skill=1.0, warmup=20, decay=True,
-                              first_roles=("searcher",), first_steps=steps)
+                              first_roles=("searcher",), first_steps=steps,
+                              env_name=config.env)
     env = make_test(0)
     prompts, names = [], []
     for index in range(tasks):

@@ -51,7 +51,7 @@ def main() -> None:
                           top_k=1)
     policy = load_policy(str(Path(args.start) / "warmstart"))
     examples = reference_examples(env_factory(config, "train"), episodes=20000, seed=0,
-                                  skill=config.warmstart_skill)
+                                  skill=config.warmstart_skill, env_name=config.env)
     encoded = _encode(policy, examples)
     readers = [e for e, (role, _, _) in zip(encoded, examples, strict=True) if role in READERS]
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=3e-3, weight_decay=0.01)

@@ -3,7 +3,7 @@
     srpo eval --checkpoint runs/x --env SRPO-Math-v0 --benchmarks aime24,amc23,math500,gsm8k
     srpo eval --checkpoint runs/y --env SRPO-Search-v0 --benchmarks all --retriever http://...
 
-Names resolve to JSONL files under a data folder laid out like the project's shared data
+Each env's names are its ``EnvSpec.benchmarks`` (``srpo_envs.registry``). Names resolve to JSONL files under a data folder laid out like the project's shared data
 (``math/…``, ``search/…``): ``--data-dir``, else ``$SRPO_DATA_DIR``, else
 ``../shared/data``. HotpotQA comes with its own paragraphs as a corpus; the open-domain
 sets (NQ, TriviaQA, PopQA, 2Wiki, MuSiQue, Bamboogle) are meant for a Wikipedia retriever,
@@ -20,28 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from srpo_agents.config import TrainConfig
+from srpo_envs import registry
 
 DATA_DIR_VARIABLE = "SRPO_DATA_DIR"
-# name -> (questions, corpus or None), relative to the data folder
-BENCHMARKS: dict[str, dict[str, tuple[str, str | None]]] = {
-    "SRPO-Math-v0": {
-        "aime24": ("math/aime24.jsonl", None),
-        "amc23": ("math/amc23.jsonl", None),
-        "math500": ("math/math500.jsonl", None),
-        "gsm8k": ("math/gsm8k_test.jsonl", None),
-    },
-    "SRPO-Search-v0": {
-        "nq": ("search/nq_open_test.jsonl", None),
-        "triviaqa": ("search/triviaqa_512.jsonl", None),
-        "popqa": ("search/popqa_512.jsonl", None),
-        "hotpotqa": ("search/hotpotqa_dev_500.jsonl", "search/hotpotqa_dev_corpus.jsonl"),
-        "2wiki": ("search/2wikimultihopqa_dev_512.jsonl", None),
-        "musique": ("search/musique_dev_512.jsonl", None),
-        "bamboogle": ("search/bamboogle.jsonl", None),
-    },
-}
-
-
 def default_data_dir() -> Path:
     return Path(os.environ.get(DATA_DIR_VARIABLE) or Path("..") / "shared" / "data")
 
@@ -49,7 +30,7 @@ def default_data_dir() -> Path:
 def resolve(env: str, names: str, data_dir: str | Path | None = None
             ) -> list[tuple[str, Path, Path | None]]:
     """``"aime24,amc23"``, ``"all"`` or JSONL paths -> (name, questions, corpus) each."""
-    known = BENCHMARKS[env]
+    known = registry.get(env).benchmarks
     root = Path(data_dir) if data_dir else default_data_dir()
     wanted = list(known) if names.strip() == "all" else [
         n.strip() for n in names.split(",") if n.strip()]
@@ -81,7 +62,7 @@ def benchmark_configs(config: TrainConfig, names: str, data_dir: str | Path | No
     configs = []
     for name, questions, corpus in resolve(config.env, names, data_dir):
         own = str(corpus) if corpus else config.corpus
-        if config.env == "SRPO-Search-v0" and own is None and not config.retriever.startswith(
+        if registry.get(config.env).tool_calls and own is None and not config.retriever.startswith(
                 ("http://", "https://")):
             raise ValueError(f"benchmark {name!r} has no corpus of its own: give --retriever "
                              f"http(s)://… (a Wikipedia retrieval server) or --corpus FILE.jsonl")

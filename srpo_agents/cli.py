@@ -1,21 +1,28 @@
-"""The ``srpo`` command: ``srpo train`` and ``srpo eval``.
+"""The ``srpo`` command: train, evaluate, sample and list teams of LLM agents.
 
+    srpo envs
     srpo train --env SRPO-Math-v0 --workflow parallel --n-agents 3 --algo srpo \\
                --model tiny --steps 20 --group-size 8 --out runs/demo
     srpo eval --checkpoint runs/demo --env SRPO-Math-v0 --workflow parallel --k 16
     srpo eval --checkpoint runs/demo --env SRPO-Math-v0 --benchmarks aime24,amc23,math500,gsm8k
+    srpo rollout --checkpoint runs/demo --env SRPO-Math-v0 --workflow parallel \\
+                 --tasks 8 --group-size 4 --out episodes.jsonl
 
-Every ``TrainConfig`` field is a ``train`` flag. ``eval`` takes a run directory (its
-``policy/``, or its ``policy-<role>/`` folders after ``--per-role-policies``), a saved
-model folder or a Hugging Face model name.
+Every ``TrainConfig`` field is a ``train`` flag. ``eval`` and ``rollout`` take a run
+directory (its ``policy/``, or its ``policy-<role>/`` folders after
+``--per-role-policies``), a saved model folder or a Hugging Face model name.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import functools
+import inspect
 import json
 import sys
+import textwrap
 import typing
 from pathlib import Path
 
@@ -27,6 +34,20 @@ def _field_type(config_type, field: dataclasses.Field):
     return hints[field.name]
 
 
+@functools.lru_cache(maxsize=1)
+def field_docs() -> dict[str, str]:
+    """Each ``TrainConfig`` field's docstring (the string under it), for ``--help``."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(TrainConfig)))
+    body = tree.body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:], strict=False):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
 def add_config_flags(parser: argparse.ArgumentParser, skip: set[str]) -> None:
     for field in dataclasses.fields(TrainConfig):
         if field.name in skip:
@@ -35,16 +56,19 @@ def add_config_flags(parser: argparse.ArgumentParser, skip: set[str]) -> None:
         kind = _field_type(TrainConfig, field)
         default = (field.default if field.default is not dataclasses.MISSING
                    else field.default_factory())
+        # "%" would be read as a format directive by argparse
+        help_text = field_docs().get(field.name, "").replace("%", "%%")
         if kind is bool:
-            parser.add_argument(flag, action="store_true", default=default)
-        elif field.name == "difficulty":
-            parser.add_argument(flag, type=int, nargs="+", default=list(default))
+            parser.add_argument(flag, action="store_true", default=default, help=help_text)
+        elif field.name in ("difficulty", "warmstart_first_roles"):
+            parser.add_argument(flag, type=int if field.name == "difficulty" else str,
+                                nargs="+", default=list(default), help=help_text)
         elif field.name == "extra_env_kwargs":
-            parser.add_argument(flag, type=json.loads, default=default,
-                                help="JSON object of extra env constructor arguments")
+            parser.add_argument(flag, type=json.loads, default=default, help=help_text)
         else:
             base = {int: int, float: float}.get(kind, str)
-            parser.add_argument(flag, type=base, default=default)
+            parser.add_argument(flag, type=base, default=default,
+                                help=f"{help_text} (default: %(default)s)".lstrip())
 
 
 def config_from_args(args: argparse.Namespace, **overrides) -> TrainConfig:
@@ -81,10 +105,10 @@ def format_table(before: dict, after: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from srpo_agents.evaluate import evaluate
+def load_engine(args: argparse.Namespace, **overrides):
+    """The config and rollout engine of ``--checkpoint`` with the command's flags."""
     from srpo_agents.policy import load_policy
-    from srpo_agents.train import held_out, make_engine
+    from srpo_agents.train import make_engine
 
     source = Path(args.checkpoint)
     role_dirs = sorted(source.glob("policy-*")) if source.is_dir() else []
@@ -96,12 +120,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
         model_path = source
     location = str(model_path) if model_path.exists() else args.checkpoint
     tiny = (model_path / "tokenizer.json").is_file() and _is_tiny(model_path)
-    config = config_from_args(args, model="tiny" if tiny else location,
-                              eval_tasks=args.tasks, eval_k=args.k)
+    config = config_from_args(args, model="tiny" if tiny else location, **overrides)
     policy = load_policy(location, device=config.device)
     role_policies = {d.name.removeprefix("policy-"): load_policy(str(d), device=config.device)
                      for d in role_dirs if not (source / "policy").is_dir()}
-    engine = make_engine(config, policy, role_policies)
+    return config, make_engine(config, policy, role_policies)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from srpo_agents.evaluate import evaluate
+    from srpo_agents.train import held_out
+
+    config, engine = load_engine(args, eval_tasks=args.tasks, eval_k=args.k)
     if args.benchmarks:
         from srpo_agents.benchmark_sets import (
             evaluate_benchmarks,
@@ -122,6 +152,33 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from srpo_agents.envs import env_factory
+    from srpo_agents.rollout_io import write_rollouts
+    from srpo_agents.train import eval_pool
+
+    config, engine = load_engine(args)
+    split = "test" if args.held_out else "train"
+    make = env_factory(config, split, engine.policy.count_tokens)
+    envs = eval_pool(make, args.tasks * config.group_size, config.seed)
+    options = [{"task_index": t, "episode_id": f"t{t}-g{g}"}
+               for t in range(args.tasks) for g in range(config.group_size)]
+    rollouts = engine.run(envs, options)
+    rows = write_rollouts(rollouts, args.out)
+    print(f"wrote {len(rollouts)} episodes ({rows} transitions) to {args.out}")
+    return 0
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    from srpo_envs import registry
+
+    for spec in registry.specs():
+        print(f"{spec.name}: {spec.description}" if spec.description else spec.name)
+        for workflow in spec.workflows:
+            print(f"    {workflow}: roles {', '.join(spec.roles(workflow))}")
+    return 0
+
+
 def _is_tiny(model_path: Path) -> bool:
     config = json.loads((model_path / "config.json").read_text()) if (
         model_path / "config.json").is_file() else {}
@@ -138,8 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev = commands.add_parser("eval", help="avg@k, pass@k, EM/F1, tokens, tool calls")
     ev.add_argument("--checkpoint", required=True,
                     help="run directory, saved model folder or Hugging Face model name")
-    ev.add_argument("--k", type=int, default=16)
-    ev.add_argument("--tasks", type=int, default=500)
+    ev.add_argument("--k", type=int, default=16,
+                    help="episodes per task: avg@k and pass@k (default: %(default)s)")
+    ev.add_argument("--tasks", type=int, default=500,
+                    help="held-out tasks (per benchmark with --benchmarks; default: %(default)s)")
     ev.add_argument("--json", default="", help="also write the result to this file")
     ev.add_argument("--benchmarks", default="",
                     help="comma-separated benchmark names (math: aime24, amc23, math500, "
@@ -148,14 +207,30 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--data-dir", default="",
                     help="folder holding math/ and search/ (default: $SRPO_DATA_DIR, else "
                          "../shared/data)")
-    add_config_flags(ev, skip={"model", "steps", "eval_tasks", "eval_k", "out", "resume",
-                               "lr", "epochs", "minibatch_units", "eps_low", "eps_high",
-                               "beta", "max_grad_norm", "save_every", "eval_every",
-                               "warmstart_minutes", "warmstart_target", "warmstart_steps",
-                               "warmstart_skill", "warmstart_decay", "dynamic_sampling", "group_size",
-                               "tasks_per_step", "algo", "microbatch_rows", "advantage",
-                               "per_role_policies", "warmstart_dir"})
+    ev_skip = {"model", "steps", "eval_tasks", "eval_k", "out", "resume", "lr", "epochs",
+               "minibatch_units", "eps_low", "eps_high", "beta", "max_grad_norm",
+               "save_every", "eval_every", "warmstart_minutes", "warmstart_target",
+               "warmstart_steps", "warmstart_skill", "warmstart_decay", "dynamic_sampling",
+               "group_size", "tasks_per_step", "algo", "microbatch_rows", "advantage",
+               "per_role_policies", "warmstart_dir", "warmstart_first_roles",
+               "warmstart_first_steps"}
+    add_config_flags(ev, skip=ev_skip)
     ev.set_defaults(run=cmd_eval)
+    ro = commands.add_parser(
+        "rollout", help="sample episodes and write them as Transition rows (JSONL) with "
+                        "token ids and log-probs, for other trainers")
+    ro.add_argument("--checkpoint", required=True,
+                    help="run directory, saved model folder or Hugging Face model name")
+    ro.add_argument("--out", required=True, help="JSONL file to write (srpo_agents.rollout_io)")
+    ro.add_argument("--tasks", type=int, default=8,
+                    help="tasks to sample (task indices 0..tasks-1; default: %(default)s)")
+    ro.add_argument("--held-out", action="store_true",
+                    help="sample the env's held-out (test) tasks instead of its train tasks")
+    add_config_flags(ro, skip=set(ev_skip) - {"group_size"} | {"eval_dataset", "curve_tasks"})
+    ro.set_defaults(run=cmd_rollout)
+    ls = commands.add_parser("envs", help="list the registered envs with their workflows and "
+                                          "roles (built-in and plugins)")
+    ls.set_defaults(run=cmd_envs)
     return parser
 
 

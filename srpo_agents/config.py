@@ -6,9 +6,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+from srpo_envs import registry
 from srpo_envs.routing import check_cost
-
-ENV_IDS = ("SRPO-Math-v0", "SRPO-Search-v0")
 
 
 @dataclass
@@ -16,10 +15,11 @@ class TrainConfig:
     """Every field is a ``srpo train`` flag (underscores become dashes)."""
 
     env: str = "SRPO-Math-v0"
-    """Environment id: SRPO-Math-v0 or SRPO-Search-v0."""
+    """A registered environment id (``srpo envs`` lists them): SRPO-Math-v0,
+    SRPO-Search-v0, SRPO-Countdown-v0 or an installed plugin's."""
     workflow: str = "parallel"
     """The env's workflow (math: single, solve_verify, parallel, routed; search: single,
-    parallel, search_answer_verify, routed)."""
+    parallel, search_answer_verify, routed; countdown: single, parallel)."""
     n_agents: int = 3
     """K of the parallel workflow (solvers or searchers); K_max of the routed one."""
     cost_per_token: float = 0.0
@@ -42,21 +42,31 @@ class TrainConfig:
     group_size: int = 8
     """G: rollouts per task; the advantage group."""
     tasks_per_step: int = 16
+    """Tasks per RL step (each played group_size times)."""
     lr: float = 2e-5
+    """Learning rate of the RL updates (AdamW)."""
     epochs: int = 1
+    """Passes over each step's batch (the second and later are off-policy)."""
     minibatch_units: int = 0
     """Units per optimizer step (0: one step per epoch over the whole batch)."""
     microbatch_rows: int = 32
+    """Rows per forward/backward pass (memory bound; gradients are accumulated)."""
     eps_low: float = 0.2
+    """Lower clip bound of the policy ratio (1 - eps_low)."""
     eps_high: float = 0.2
+    """Upper clip bound of the policy ratio (1 + eps_high; DAPO's clip-higher when
+    larger)."""
     dynamic_sampling: bool = False
     """DAPO's dynamic-sampling filter: leave the units of tasks whose G episodes all got
     the same return (advantage 0) out of the update instead of averaging them in."""
     beta: float = 0.0
     """Weight of the k3 KL to the initial policy (0 disables; no reference is kept)."""
     max_grad_norm: float = 1.0
+    """Gradient-norm clip of each optimizer step."""
     temperature: float = 1.0
+    """Sampling temperature of the rollouts (also divides the learner's logits)."""
     max_new_tokens: int = 48
+    """Most tokens one agent may generate per event."""
     max_turns: int = 3
     """Search env: turns or rounds; math solve_verify: rounds."""
     difficulty: tuple[int, ...] = (1,)
@@ -70,7 +80,9 @@ class TrainConfig:
     eval_dataset: str | None = None
     """Held-out tasks (default: the generator's test split)."""
     eval_tasks: int = 200
+    """Held-out tasks of the before/after evaluations."""
     eval_k: int = 8
+    """Episodes per held-out task: avg@k and pass@k."""
     eval_every: int = 0
     """Also evaluate every N steps (0: only before and after)."""
     curve_tasks: int = 0
@@ -97,6 +109,8 @@ class TrainConfig:
     ``warmstart_first_steps`` steps of the warm start (a curriculum: the searcher's short
     copy examples before the long reader prompts); then every role's."""
     warmstart_first_steps: int = 0
+    """Tiny model only: steps of the warm start's curriculum (see
+    warmstart_first_roles)."""
     warmstart_dir: str = ""
     """Tiny model only: folder that caches the warm start (default: the run directory),
     so that runs of several algorithms can share one."""
@@ -108,16 +122,21 @@ class TrainConfig:
     backend: str = "hf"
     """Rollout backend: hf or vllm."""
     device: str = "cpu"
+    """Torch device of the policy: cpu, cuda or cuda:N."""
     seed: int = 0
+    """Seeds the warm start, task draws, sampling and the update."""
     out: str = ""
     """Run directory (default runs/<env>-<workflow>-<algo>-s<seed>)."""
     save_every: int = 10
+    """Checkpoint every N steps (atomically; the last step is always saved)."""
     resume: bool = False
+    """Continue the run in --out from its last checkpoint."""
     extra_env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """JSON object of extra env constructor arguments (e.g. '{"hops": [1]}')."""
 
     def __post_init__(self) -> None:
-        if self.env not in ENV_IDS:
-            raise ValueError(f"env={self.env!r}: expected one of {ENV_IDS}")
+        spec = registry.get(self.env)  # an unknown id names the closest registered one
+        spec.check_workflow(self.workflow)
         if self.algo not in ALGORITHMS:
             raise ValueError(f"algo={self.algo!r}: expected one of {sorted(ALGORITHMS)}")
         if self.advantage and self.advantage not in ADVANTAGE_ESTIMATORS:
@@ -131,9 +150,9 @@ class TrainConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r}: expected an int >= 1")
         check_cost(self.cost_per_token, self.cost_per_tool_call, None)
-        if self.cost_per_tool_call and self.env != "SRPO-Search-v0":
-            raise ValueError(f"cost_per_tool_call={self.cost_per_tool_call!r}: only the "
-                             f"search env has tool calls (env={self.env!r})")
+        if self.cost_per_tool_call and not spec.tool_calls:
+            raise ValueError(f"cost_per_tool_call={self.cost_per_tool_call!r}: env "
+                             f"{self.env!r} makes no tool calls")
         if not 0.0 <= self.warmstart_skill <= 1.0:
             raise ValueError(f"warmstart_skill={self.warmstart_skill!r}: expected a "
                              f"probability in [0, 1]")

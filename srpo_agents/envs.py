@@ -1,10 +1,11 @@
 """Building the environments a run trains and evaluates on.
 
 The learner only ever reads ``Transition``s and observations; this module is where a run
-config becomes env constructor arguments. With ``compact_prompts`` (always for the tiny
-character-level policy, where every prompt character is a token it must attend to) the
-role prompts are short (and the search env's generated world is its compact form);
-otherwise each env's documented default prompts and world are used.
+config becomes env constructor arguments, through the env's registered ``EnvSpec``
+(``srpo_envs.registry``): any registered env, built-in or plugin, trains the same way.
+With ``compact_prompts`` (always for the tiny character-level policy, where every prompt
+character is a token it must attend to) the spec's compact prompts are used; otherwise
+each env's documented default prompts.
 """
 
 from __future__ import annotations
@@ -13,60 +14,27 @@ from collections.abc import Callable
 from typing import Any
 
 from srpo_agents.config import TrainConfig
+from srpo_envs.registry import RunSettings, get
 from srpo_envs.routing import TokenCounter
 
-TINY_MATH_PROMPTS = {
-    "solver": "{question}\n",
-    "solver_retry": "{question}\nWas: {previous}\nCheck: {feedback}\n",
-    "verifier": "{question}\n{solution}\nVerdict: ",
-    # No question and only the solvers' final answers: the tiny aggregator chooses among
-    # its solvers' answers (a short prompt it learns to read reliably), so the team's
-    # answer comes from its solvers and their credit is real.
-    "aggregator": "{answers}\nFinal: ",
-    "router": "{question}\nRoute: ",
-}
-# The history first and the question last: in every round the question (whose last
-# word, in the compact world, is the name to search for) ends the prompt, so the name
-# sits at one fixed distance before the reply in every round (whether that makes the
-# copy come sooner is not settled: benchmarks/results/search_track.md).
-TINY_SEARCH_PROMPTS = {
-    "agent": "{history}\nQ: {question}\n",
-    "searcher": "{history}\nSearch for: {question}\n",
-    "aggregator": "{history}\nQ: {question}\nAnswer or search: ",
-    "answerer": "{history}\nQ: {question}\nAnswer: ",
-    "verifier": "{history}\nProposed: {answer}\nQ: {question}\nVerdict: ",
-    "router": "{history}\nQ: {question}\nSearchers: ",
-}
+
+def run_settings(config: TrainConfig, split: str,
+                 token_counter: TokenCounter | None = None) -> RunSettings:
+    return RunSettings(
+        workflow=config.workflow, split=split, n_agents=config.n_agents,
+        max_turns=config.max_turns,
+        dataset=config.dataset if split == "train" else config.eval_dataset,
+        compact=config.compact_prompts, max_new_tokens=config.max_new_tokens,
+        difficulty=config.difficulty, corpus=config.corpus, retriever=config.retriever,
+        cost_per_token=config.cost_per_token, cost_per_tool_call=config.cost_per_tool_call,
+        token_counter=token_counter)
 
 
 def env_kwargs(config: TrainConfig, split: str,
                token_counter: TokenCounter | None = None) -> dict[str, Any]:
     """Constructor arguments for the training ("train") or held-out ("test") env.
     ``token_counter``: counts a text's tokens for the team cost (the policy's tokenizer)."""
-    tiny = config.compact_prompts
-    dataset = config.dataset if split == "train" else config.eval_dataset
-    kwargs: dict[str, Any] = {"workflow": config.workflow,
-                              "cost_per_token": config.cost_per_token}
-    if config.cost_per_token:
-        kwargs["token_counter"] = token_counter
-    if config.env == "SRPO-Math-v0":
-        kwargs.update(n_solvers=config.n_agents, max_rounds=config.max_turns,
-                      difficulty=config.difficulty, split=split)
-        if tiny:
-            kwargs["prompts"] = TINY_MATH_PROMPTS
-            kwargs["max_output_chars"] = max(64, 4 * config.max_new_tokens)
-    else:
-        kwargs.update(n_searchers=config.n_agents, max_turns=config.max_turns, split=split,
-                      retriever=config.retriever, cost_per_tool_call=config.cost_per_tool_call)
-        if config.corpus:
-            kwargs["corpus"] = config.corpus
-        if tiny:
-            kwargs.update(prompts=TINY_SEARCH_PROMPTS, top_k=2, max_passage_chars=160)
-            if not dataset:
-                # Short names and one-sentence facts: a world the byte-level policy can read.
-                kwargs["world"] = "compact"
-    if dataset:
-        kwargs["dataset"] = dataset
+    kwargs = get(config.env).kwargs(run_settings(config, split, token_counter))
     kwargs.update(config.extra_env_kwargs)
     return kwargs
 
@@ -74,19 +42,18 @@ def env_kwargs(config: TrainConfig, split: str,
 def env_factory(config: TrainConfig, split: str,
                 token_counter: TokenCounter | None = None) -> Callable[[int], Any]:
     """A function seed -> a fresh PettingZoo parallel env of the run."""
+    spec = get(config.env)
     kwargs = env_kwargs(config, split, token_counter)
-    if config.env == "SRPO-Math-v0":
-        from srpo_envs import math_v0 as module
-    else:
-        from srpo_envs import search_v0 as module
     shared: dict[str, Any] = {}
 
     def make(seed: int):
-        env = module.parallel_env(seed=seed, **kwargs)
-        # One retriever (index) serves every search env of the run.
-        if config.env == "SRPO-Search-v0":
-            shared.setdefault("retriever", env.retriever)
-            kwargs["retriever"] = shared["retriever"]
+        env = spec.make(seed=seed, **kwargs, **shared)
+        # What the spec shares (the search env's retriever index) is built by the first
+        # env and handed to every later env of the run.
+        if not shared:
+            shared.update({name: getattr(env, name) for name in spec.shared_attributes})
+            for name in shared:
+                kwargs.pop(name, None)
         return env
 
     return make

@@ -61,7 +61,8 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
                       decay=config.warmstart_decay,
                       first_roles=config.warmstart_first_roles,
                       first_steps=config.warmstart_first_steps,
-                      seed=config.seed, max_new_tokens=config.max_new_tokens, log=log)
+                      seed=config.seed, max_new_tokens=config.max_new_tokens,
+                      env_name=config.env, log=log)
 
 
 def _task_count(envs: list) -> int | None:

@@ -29,22 +29,21 @@ from srpo_agents.evaluate import evaluate
 from srpo_agents.policy import Policy, load_policy
 from srpo_agents.rollout import RolloutEngine
 from srpo_agents.tiny import build_tiny_policy
+from srpo_envs import registry
 
 META = "warmstart.json"
 
 
 def reference_examples(make_env: Callable[[int], Any], episodes: int, seed: int,
-                       skill: float = 0.75) -> list[tuple[str, str, str]]:
+                       skill: float = 0.75, *, env_name: str
+                       ) -> list[tuple[str, str, str]]:
     """(role, prompt, text) of every consumed output worth imitating, from ``episodes``
-    episodes of a scripted team: on math ``ScriptedMathTeam(skill)`` (only right
-    solutions are kept), on search ``OracleSearchTeam(slip=1 - skill)`` (slipped queries
-    are dropped; what the team does after them is kept)."""
-    from srpo_envs.scripted import OracleSearchTeam, ScriptedMathTeam
-
+    episodes of env ``env_name``'s registered reference team (``EnvSpec.team``): on math
+    ``ScriptedMathTeam(skill)`` (only right solutions are kept), on search
+    ``OracleSearchTeam(slip=1 - skill)`` (slipped queries are dropped; what the team does
+    after them is kept)."""
+    team = registry.get(env_name).team(skill=skill, seed=seed)
     env = make_env(seed)
-    is_math = env.metadata.get("name") == "srpo_math_v0"
-    team = (ScriptedMathTeam(skill=skill, seed=seed) if is_math
-            else OracleSearchTeam(slip=1.0 - skill, seed=seed))
     examples = []
     for _ in range(episodes):
         observations, _ = env.reset()
@@ -108,7 +107,7 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                check_every: int = 50, eval_tasks: int = 64, skill: float = 0.75,
                lr: float = 3e-3, batch_size: int = 64, warmup: int = 0, decay: bool = False,
                first_roles: tuple[str, ...] = (), first_steps: int = 0,
-               log=print) -> tuple[Policy, dict]:
+               env_name: str, log=print) -> tuple[Policy, dict]:
     """Build (or load from ``run_dir/warmstart``) the warm-started tiny policy.
 
     It stops after ``steps`` optimizer steps (0: no limit), after ``minutes``, or once
@@ -136,7 +135,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
             log(f"warm start: cached in {out} (accuracy {meta['accuracy']:.3f})")
             return load_policy(str(out)), {**meta, "cached": True}
     torch.manual_seed(seed)
-    examples = reference_examples(make_train_env, episodes=episodes, seed=seed, skill=skill)
+    examples = reference_examples(make_train_env, episodes=episodes, seed=seed, skill=skill,
+                                  env_name=env_name)
     texts = [p for _, p, _ in examples] + [t for _, _, t in examples]
     policy = build_tiny_policy(texts, Path(run_dir) / "tiny-init", seed=seed)
     encoded = _encode(policy, examples)

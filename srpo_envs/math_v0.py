@@ -10,8 +10,37 @@ from srpo_envs.envs.math_env import (
     parallel_env,
 )
 from srpo_envs.gym_view import SetwiseGymEnv
+from srpo_envs.registry import RunSettings
 
 raw_env = MathEnv
+
+# Short role prompts for the tiny character-level policy, whose every prompt character
+# is a token it must attend to.
+COMPACT_PROMPTS = {
+    "solver": "{question}\n",
+    "solver_retry": "{question}\nWas: {previous}\nCheck: {feedback}\n",
+    "verifier": "{question}\n{solution}\nVerdict: ",
+    # No question and only the solvers' final answers: the tiny aggregator chooses among
+    # its solvers' answers (a short prompt it learns to read reliably), so the team's
+    # answer comes from its solvers and their credit is real.
+    "aggregator": "{answers}\nFinal: ",
+    "router": "{question}\nRoute: ",
+}
+
+
+def run_kwargs(settings: RunSettings) -> dict:
+    """Constructor arguments for a training run's env (``EnvSpec.kwargs``)."""
+    kwargs = {"workflow": settings.workflow, "cost_per_token": settings.cost_per_token,
+              "n_solvers": settings.n_agents, "max_rounds": settings.max_turns,
+              "difficulty": settings.difficulty, "split": settings.split}
+    if settings.cost_per_token:
+        kwargs["token_counter"] = settings.token_counter
+    if settings.compact:
+        kwargs["prompts"] = COMPACT_PROMPTS
+        kwargs["max_output_chars"] = max(64, 4 * settings.max_new_tokens)
+    if settings.dataset:
+        kwargs["dataset"] = settings.dataset
+    return kwargs
 
 
 def env(**kwargs):
@@ -25,5 +54,5 @@ def gym_env(**kwargs) -> SetwiseGymEnv:
     return SetwiseGymEnv(parallel_env(render_mode=render_mode, **kwargs))
 
 
-__all__ = ["DEFAULT_PROMPTS", "WORKFLOWS", "MathEnv", "MathEnvConfig", "env", "gym_env",
-           "parallel_env", "raw_env"]
+__all__ = ["COMPACT_PROMPTS", "DEFAULT_PROMPTS", "WORKFLOWS", "MathEnv", "MathEnvConfig", "env", "gym_env",
+           "parallel_env", "raw_env", "run_kwargs"]

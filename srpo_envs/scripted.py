@@ -176,3 +176,54 @@ class OracleSearchTeam:
                 actions[agent] = ("<verdict>accept</verdict>" if done else
                                   "<verdict>reject</verdict>")
         return actions
+
+
+def search_reference_team(skill: float = 0.75, seed: int = 0) -> OracleSearchTeam:
+    """The search env's warm-start team (``EnvSpec.reference_team``): its queries slip
+    with probability ``1 - skill``."""
+    return OracleSearchTeam(slip=1.0 - skill, seed=seed)
+
+
+class ScriptedCountdownTeam:
+    """Plays SRPO-Countdown-v0: a solver (or proposer) writes the task's reference
+    equation with probability ``skill``, otherwise the same equation with its target
+    missed (one number changed by one); the aggregator writes the first proposal that
+    checks out, else the first proposal. It reads the reference from the env, so it is an
+    oracle with noise, for warm starts, demos and tests."""
+
+    def __init__(self, skill: float = 0.75, seed: int = 0):
+        if not 0.0 <= skill <= 1.0:
+            raise ValueError(f"skill={skill!r}: expected a probability in [0, 1]")
+        self.skill = skill
+        self.rng = random.Random(seed)
+
+    def _solve(self, task) -> str:
+        if self.rng.random() < self.skill:
+            return task.solution
+        digits = [i for i, ch in enumerate(task.solution) if ch.isdigit()]
+        i = self.rng.choice(digits)
+        return task.solution[:i] + str((int(task.solution[i]) + 1) % 10) + task.solution[i + 1:]
+
+    @staticmethod
+    def imitable(env, output) -> bool:
+        """Only right equations are worth imitating; the aggregator's choice always."""
+        from srpo_envs.countdown_tasks import check_equation
+
+        task = env.current_task
+        return (output.role == "aggregator"
+                or check_equation(output.text, task.numbers, task.target)["correct"])
+
+    def act(self, env, observations: dict[str, str]) -> dict[str, str]:
+        from srpo_envs.countdown_tasks import check_equation
+
+        task = env.current_task
+        actions = {}
+        for agent in env.due_agents:
+            if env.roles[agent] == "solver":
+                actions[agent] = self._solve(task)
+            else:
+                proposals = env.state.proposals
+                right = [p for p in proposals
+                         if check_equation(p, task.numbers, task.target)["correct"]]
+                actions[agent] = (right or list(proposals) or [""])[0]
+        return actions

@@ -9,8 +9,43 @@ from srpo_envs.envs.search_env import (
     parallel_env,
 )
 from srpo_envs.gym_view import SetwiseGymEnv
+from srpo_envs.registry import RunSettings
 
 raw_env = SearchEnv
+
+# Short role prompts for the tiny character-level policy. The history first and the
+# question last: in every round the question (whose last word, in the compact world, is
+# the name to search for) ends the prompt, so the name sits at one fixed distance before
+# the reply in every round (whether that makes the copy come sooner is not settled:
+# benchmarks/results/search_track.md).
+COMPACT_PROMPTS = {
+    "agent": "{history}\nQ: {question}\n",
+    "searcher": "{history}\nSearch for: {question}\n",
+    "aggregator": "{history}\nQ: {question}\nAnswer or search: ",
+    "answerer": "{history}\nQ: {question}\nAnswer: ",
+    "verifier": "{history}\nProposed: {answer}\nQ: {question}\nVerdict: ",
+    "router": "{history}\nQ: {question}\nSearchers: ",
+}
+
+
+def run_kwargs(settings: RunSettings) -> dict:
+    """Constructor arguments for a training run's env (``EnvSpec.kwargs``)."""
+    kwargs = {"workflow": settings.workflow, "cost_per_token": settings.cost_per_token,
+              "n_searchers": settings.n_agents, "max_turns": settings.max_turns,
+              "split": settings.split, "retriever": settings.retriever,
+              "cost_per_tool_call": settings.cost_per_tool_call}
+    if settings.cost_per_token:
+        kwargs["token_counter"] = settings.token_counter
+    if settings.corpus:
+        kwargs["corpus"] = settings.corpus
+    if settings.compact:
+        kwargs.update(prompts=COMPACT_PROMPTS, top_k=2, max_passage_chars=160)
+        if not settings.dataset:
+            # Short names and one-sentence facts: a world the byte-level policy can read.
+            kwargs["world"] = "compact"
+    if settings.dataset:
+        kwargs["dataset"] = settings.dataset
+    return kwargs
 
 
 def env(**kwargs):
@@ -24,5 +59,5 @@ def gym_env(**kwargs) -> SetwiseGymEnv:
     return SetwiseGymEnv(parallel_env(render_mode=render_mode, **kwargs))
 
 
-__all__ = ["DEFAULT_PROMPTS", "SearchEnv", "SearchEnvConfig", "env", "gym_env",
-           "parallel_env", "raw_env"]
+__all__ = ["COMPACT_PROMPTS", "DEFAULT_PROMPTS", "SearchEnv", "SearchEnvConfig", "env", "gym_env",
+           "parallel_env", "raw_env", "run_kwargs"]

@@ -6,7 +6,6 @@ import json
 import pytest
 
 from srpo_agents.benchmark_sets import (
-    BENCHMARKS,
     benchmark_configs,
     format_benchmark_table,
     macro_average,
@@ -15,6 +14,7 @@ from srpo_agents.benchmark_sets import (
 from srpo_agents.cli import main
 from srpo_agents.config import TrainConfig
 from srpo_agents.tiny import build_tiny_policy
+from srpo_envs import registry
 
 from .conftest import SHARED_DATA, shared_file
 
@@ -39,12 +39,13 @@ def data_dir(tmp_path):
 
 def test_every_registered_benchmark_exists_in_the_shared_data():
     shared_file("SOURCES.md")
-    for env, sets in BENCHMARKS.items():
-        for name, (questions, corpus) in sets.items():
+    for spec in registry.specs():
+        env = spec.name
+        for name, (questions, corpus) in spec.benchmarks.items():
             assert (SHARED_DATA / questions).is_file(), (env, name)
             assert corpus is None or (SHARED_DATA / corpus).is_file(), (env, name)
     resolved = resolve("SRPO-Search-v0", "all", SHARED_DATA)
-    assert [name for name, *_ in resolved] == list(BENCHMARKS["SRPO-Search-v0"])
+    assert [name for name, *_ in resolved] == list(registry.get("SRPO-Search-v0").benchmarks)
     assert dict((n, c) for n, _, c in resolved)["hotpotqa"].name == "hotpotqa_dev_corpus.jsonl"
 
 

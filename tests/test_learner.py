@@ -344,7 +344,7 @@ def test_warm_start_imitates_reference_trajectories_and_caches(tmp_path, env_id,
     monkeypatch.setenv("SRPO_CACHE_DIR", str(tmp_path / "cache"))
     config = TrainConfig(env=env_id, workflow="parallel", n_agents=2, model="tiny")
     make_train, make_test = env_factory(config, "train"), env_factory(config, "test")
-    examples = reference_examples(make_train, episodes=20, seed=0)
+    examples = reference_examples(make_train, episodes=20, seed=0, env_name=env_id)
     roles = {role for role, _, _ in examples}
     assert roles == ({"solver", "aggregator"} if env_id == "SRPO-Math-v0"
                      else {"searcher", "aggregator"})
@@ -353,11 +353,11 @@ def test_warm_start_imitates_reference_trajectories_and_caches(tmp_path, env_id,
     logs = []
     policy, meta = warm_start(tmp_path, make_train, make_test, minutes=0.02, target=1.1,
                               seed=0, max_new_tokens=8, episodes=20, check_every=2,
-                              eval_tasks=4, log=logs.append)
+                              eval_tasks=4, env_name=env_id, log=logs.append)
     assert meta["steps"] >= 1 and 0.0 <= meta["accuracy"] <= 1.0
     again, meta_again = warm_start(tmp_path, make_train, make_test, minutes=0.02, target=1.1,
                                    seed=0, max_new_tokens=8, episodes=20, check_every=2,
-                                   eval_tasks=4, log=logs.append)
+                                   eval_tasks=4, env_name=env_id, log=logs.append)
     assert meta_again == {**meta, "cached": True} and "cached" in logs[-1]
     for a, b in zip(policy.model.parameters(), again.model.parameters(), strict=True):
         assert torch.equal(a, b)
@@ -382,7 +382,7 @@ def test_warm_start_curriculum_trains_the_first_roles_alone_first(tmp_path, monk
     _, meta = warmstart.warm_start(tmp_path, make_train, make_test, minutes=1, target=1.0,
                                    seed=0, max_new_tokens=8, episodes=20, eval_tasks=2,
                                    steps=4, batch_size=16, first_roles=("searcher",),
-                                   first_steps=2, log=lambda *_: None)
+                                   first_steps=2, env_name=config.env, log=lambda *_: None)
     # one micro-batch of 16 rows per step: two searcher-only steps, then every role
     assert meta["steps"] == 4 and len(seen) == 4
     assert seen[0] == seen[1] == {"searcher"} and seen[2] | seen[3] == {"searcher", "other"}
@@ -390,7 +390,8 @@ def test_warm_start_curriculum_trains_the_first_roles_alone_first(tmp_path, monk
     with pytest.raises(ValueError, match="first_roles=\\('solver',\\).*aggregator"):
         warmstart.warm_start(tmp_path / "b", make_train, make_test, minutes=1, target=1.0,
                              seed=0, max_new_tokens=8, episodes=4, eval_tasks=2, steps=2,
-                             first_roles=("solver",), first_steps=1, log=lambda *_: None)
+                             first_roles=("solver",), first_steps=1, env_name=config.env,
+                             log=lambda *_: None)
     with pytest.raises(ValueError, match="warmstart_first_roles=.*expected both"):
         TrainConfig(warmstart_first_steps=5)
     with pytest.raises(ValueError, match="warmstart_first_steps=5: expected fewer"):
@@ -446,4 +447,4 @@ def test_warm_start_lr_schedule_warms_up_then_decays_to_a_tenth():
     assert lr_factor(250, 20, 250) == lr_factor(400, 20, 250) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="decay=True"):
         warm_start(Path("unused"), None, None, minutes=1, target=1, seed=0,
-                   max_new_tokens=8, decay=True)
+                   max_new_tokens=8, decay=True, env_name="SRPO-Math-v0")

@@ -1,0 +1,262 @@
+"""One registry of srpo environments, read by Gymnasium ids and by the learner.
+
+An ``EnvSpec`` says how to build an environment (a string entry point to its PettingZoo
+parallel-env function, imported only when the env is made), its workflows and, for the
+tiny CPU policy, its compact prompts and the scripted team whose trajectories its warm
+start imitates. ``srpo train --env NAME``, ``srpo envs`` and ``gym.make(NAME)`` all look
+names up here, so a new environment needs no change to the learner.
+
+Three ways in:
+- the built-in specs below (``SRPO-Math-v0``, ``SRPO-Search-v0``, ``SRPO-Countdown-v0``);
+- ``register(spec)`` at run time;
+- a separately installed package that declares an entry point in the group
+  ``srpo.envs`` whose name is the env id and whose object is its ``EnvSpec``::
+
+      [project.entry-points."srpo.envs"]
+      "MyTeam-v0" = "my_package.my_env:SPEC"
+
+  Importing ``srpo_envs`` registers every such id with Gymnasium without importing the
+  plugin (``gym.register_envs(srpo_envs)`` is the Gymnasium 1.x idiom); the plugin's
+  module is imported when its env is first made or its spec is read.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+ENTRY_POINT_GROUP = "srpo.envs"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a training run asks of its environments, independent of any one env. An
+    ``EnvSpec`` turns it into its constructor's keyword arguments (``EnvSpec.kwargs``)."""
+
+    workflow: str
+    split: str = "train"
+    """"train" or "test" (held-out) tasks."""
+    n_agents: int = 3
+    """K of a parallel workflow; K_max of a routed one."""
+    max_turns: int = 3
+    dataset: str | None = None
+    compact: bool = False
+    """Use the spec's compact prompts (the tiny policy reads every character)."""
+    max_new_tokens: int = 48
+    difficulty: tuple[int, ...] = (1,)
+    corpus: str | None = None
+    retriever: str = "bm25"
+    cost_per_token: float = 0.0
+    cost_per_tool_call: float = 0.0
+    token_counter: Callable[[str], int] | None = None
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """A registered environment. Only ``name``, ``entry_point`` and ``workflows`` are
+    required; the defaults suit an env built with ``srpo_envs.describe``."""
+
+    name: str
+    """The id: ``gym.make(name)`` and ``srpo train --env name``."""
+    entry_point: str | Callable[..., Any]
+    """``"module:function"`` (or the function) returning a PettingZoo ParallelEnv built
+    on ``srpo_envs.event_env.EventEnv`` from keyword arguments plus ``seed`` and
+    ``render_mode``."""
+    workflows: tuple[str, ...]
+    description: str = ""
+    agents_argument: str | None = "n_agents"
+    """The constructor argument that takes ``RunSettings.n_agents`` (None: none does)."""
+    turns_argument: str | None = None
+    """The constructor argument that takes ``RunSettings.max_turns`` (None: none does)."""
+    levels_argument: str | None = None
+    """The constructor argument that takes ``RunSettings.difficulty`` (None: none does)."""
+    compact_prompts: Mapping[str, str] | str = field(default_factory=dict)
+    """Role templates for the tiny policy, passed as ``prompts=`` with ``compact`` (or
+    ``"module:ATTRIBUTE"`` naming them, imported when used)."""
+    compact_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """More constructor arguments with ``compact`` (shorter passages, a compact world)."""
+    reference_team: str | Callable[..., Any] | None = None
+    """``"module:Class"`` (or a callable) taking ``skill`` and ``seed`` and returning a
+    scripted team with ``act(env, observations) -> actions`` and
+    ``imitable(env, output) -> bool``: the tiny policy's warm start imitates it."""
+    kwargs_function: str | Callable[[RunSettings], dict[str, Any]] | None = None
+    """Replaces the generic ``kwargs`` mapping when an env needs more (math, search)."""
+    shared_attributes: tuple[str, ...] = ()
+    """Attributes of a run's first env passed to its later ones as constructor arguments
+    (the search env's retriever: one index serves every env of a run)."""
+    tool_calls: bool = False
+    """The env calls tools (a retriever) and counts them, so a tool-call cost applies and
+    open-domain benchmarks need a corpus or retrieval server."""
+    benchmarks: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
+    """Evaluation sets by name: (questions, corpus or None), relative to the data folder
+    (``srpo eval --benchmarks``)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"EnvSpec.name={self.name!r}: expected a non-empty id string")
+        if not self.workflows:
+            raise ValueError(f"EnvSpec({self.name!r}).workflows is empty: expected at least "
+                             f"one workflow name")
+        object.__setattr__(self, "workflows", tuple(self.workflows))
+
+    def make(self, **kwargs: Any) -> Any:
+        """A fresh PettingZoo parallel env."""
+        return _resolve(self.entry_point, f"{self.name}.entry_point")(**kwargs)
+
+    def check_workflow(self, workflow: str) -> None:
+        if workflow not in self.workflows:
+            raise ValueError(f"workflow={workflow!r} is not a workflow of {self.name}"
+                             f"{_suggest(workflow, self.workflows)}; expected one of "
+                             f"{list(self.workflows)}")
+
+    def kwargs(self, settings: RunSettings) -> dict[str, Any]:
+        """Constructor arguments for a run's train or held-out env."""
+        if self.kwargs_function is not None:
+            return _resolve(self.kwargs_function, f"{self.name}.kwargs_function")(settings)
+        kwargs: dict[str, Any] = {"workflow": settings.workflow, "split": settings.split,
+                                  "cost_per_token": settings.cost_per_token}
+        if settings.cost_per_token:
+            kwargs["token_counter"] = settings.token_counter
+        if self.agents_argument:
+            kwargs[self.agents_argument] = settings.n_agents
+        if self.turns_argument:
+            kwargs[self.turns_argument] = settings.max_turns
+        if self.levels_argument:
+            kwargs[self.levels_argument] = settings.difficulty
+        if settings.dataset:
+            kwargs["dataset"] = settings.dataset
+        if settings.compact:
+            prompts = self.compact_prompts
+            if isinstance(prompts, str):
+                module_name, _, attribute = prompts.partition(":")
+                prompts = getattr(importlib.import_module(module_name), attribute)
+            if prompts:
+                kwargs["prompts"] = dict(prompts)
+            kwargs.update(self.compact_kwargs)
+        return kwargs
+
+    def team(self, skill: float, seed: int) -> Any:
+        """The scripted team whose trajectories the tiny policy's warm start imitates."""
+        if self.reference_team is None:
+            raise ValueError(f"env {self.name!r} has no reference_team, so the tiny policy "
+                             f"cannot be warm-started on it: register one in its EnvSpec, or "
+                             f"train a Hugging Face model (--model NAME_OR_PATH)")
+        return _resolve(self.reference_team, f"{self.name}.reference_team")(skill=skill,
+                                                                             seed=seed)
+
+    def roles(self, workflow: str) -> list[str]:
+        """The roles of ``workflow``, in the order of the env's agents."""
+        self.check_workflow(workflow)
+        env = self.make(workflow=workflow)
+        try:
+            return list(dict.fromkeys(env.roles[a] for a in env.possible_agents))
+        finally:
+            env.close()
+
+
+def _resolve(target: str | Callable[..., Any], what: str) -> Callable[..., Any]:
+    if callable(target):
+        return target
+    module_name, _, attribute = str(target).partition(":")
+    if not attribute:
+        raise ValueError(f"{what}={target!r}: expected 'module:attribute'")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"{what}={target!r} cannot be loaded: {err}") from err
+
+
+def _suggest(name: str, known) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+_SPECS: dict[str, EnvSpec] = {}
+_PLUGINS: dict[str, Any] = {}  # env id -> its not yet loaded entry point
+
+
+def register(spec: EnvSpec, *, replace: bool = False) -> EnvSpec:
+    """Add ``spec`` to the registry and register its id with Gymnasium."""
+    if not isinstance(spec, EnvSpec):
+        raise TypeError(f"register() takes an EnvSpec, got {type(spec).__name__}")
+    if spec.name in _SPECS and not replace and _SPECS[spec.name] != spec:
+        raise ValueError(f"env {spec.name!r} is already registered; pass replace=True to "
+                         f"replace it")
+    _SPECS[spec.name] = spec
+    _PLUGINS.pop(spec.name, None)
+    _register_gym(spec.name)
+    return spec
+
+
+def _register_gym(name: str) -> None:
+    from gymnasium.envs.registration import register as gym_register
+    from gymnasium.envs.registration import registry as gym_registry
+
+    if name not in gym_registry:
+        gym_register(id=name, entry_point="srpo_envs.gym_view:make_registered",
+                     kwargs={"srpo_env": name})
+
+
+def discover_plugins() -> list[str]:
+    """Find the ``srpo.envs`` entry points of installed packages (without importing
+    them) and register their ids with Gymnasium; returns the new ids."""
+    found = []
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name in _SPECS or point.name in _PLUGINS:
+            continue
+        _PLUGINS[point.name] = point
+        _register_gym(point.name)
+        found.append(point.name)
+    return found
+
+
+def _load_plugin(name: str) -> EnvSpec:
+    point = _PLUGINS[name]
+    try:
+        spec = point.load()
+        if callable(spec) and not isinstance(spec, EnvSpec):
+            spec = spec()
+    except Exception as err:  # a broken plugin must name itself, not crash elsewhere
+        raise ValueError(f"env {name!r}: its entry point {point.value!r} (group "
+                         f"{ENTRY_POINT_GROUP!r}) failed to load: {err!r}") from err
+    if not isinstance(spec, EnvSpec) or spec.name != name:
+        raise ValueError(f"env {name!r}: entry point {point.value!r} gave "
+                         f"{spec!r}; expected an EnvSpec named {name!r}")
+    _SPECS[name] = spec
+    del _PLUGINS[name]
+    return spec
+
+
+def names() -> list[str]:
+    """Every registered env id (built-in, registered at run time, and plugins)."""
+    discover_plugins()
+    return sorted(set(_SPECS) | set(_PLUGINS))
+
+
+def get(name: str) -> EnvSpec:
+    """The spec of env ``name``; an unknown name is an error that lists the registered
+    names and suggests the closest."""
+    if name in _SPECS:
+        return _SPECS[name]
+    discover_plugins()
+    if name in _PLUGINS:
+        return _load_plugin(name)
+    known = names()
+    raise ValueError(f"env={name!r} is not registered{_suggest(str(name), known)}; "
+                     f"registered envs: {known}")
+
+
+def specs() -> list[EnvSpec]:
+    """Every registered spec (loads plugins), sorted by name."""
+    loaded = []
+    for name in names():
+        try:
+            loaded.append(get(name))
+        except ValueError as err:
+            warnings.warn(str(err), stacklevel=2)
+    return loaded
