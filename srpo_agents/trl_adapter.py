@@ -1,0 +1,152 @@
+"""Any registered srpo env's single-agent workflow in TRL's ``GRPOTrainer`` (extra ``trl``).
+
+    from trl import GRPOConfig, GRPOTrainer
+    from srpo_agents.trl_adapter import TRLEnv
+
+    env = TRLEnv("SRPO-Countdown-v0", workflow="single")
+    trainer = GRPOTrainer(model="Qwen/Qwen2.5-0.5B-Instruct", reward_funcs=env.reward,
+                          train_dataset=env.dataset(1000),
+                          args=GRPOConfig(output_dir="runs/trl", num_generations=8))
+    trainer.train()
+
+``dataset(n)`` holds the env's first prompt of tasks 0..n-1 (column ``prompt``) and their
+``task_index``. ``reward`` replays each completion in a fresh env on its task and returns
+the env's reward, so the env stays the judge. A workflow of several turns (the search
+env's ``single``: search, read, answer) needs ``rollout_func=env.rollout_func`` as well:
+it plays whole episodes with the trainer's model (TRL's documented hook for multi-turn
+rollouts, which runs without vLLM), joins each episode's turns into one completion
+(the env's observations between turns are masked out of the loss with ``env_mask``) and
+hands the env's reward to ``reward``.
+
+TRL trains one policy on one agent's text; a workflow with several agents (a team)
+belongs to the srpo learner, whose active sets are what TRL lacks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from srpo_envs import registry
+
+
+class TRLEnv:
+    """A registered env's one-agent workflow as a TRL dataset, reward function and
+    multi-turn rollout function."""
+
+    def __init__(self, env: str, workflow: str = "single", split: str = "train",
+                 max_turns: int = 8, **env_kwargs: Any):
+        self.spec = registry.get(env)
+        self.spec.check_workflow(workflow)
+        self.kwargs = {"workflow": workflow, "split": split, **env_kwargs}
+        probe = self._make()
+        if len(probe.possible_agents) != 1:
+            raise ValueError(f"workflow={workflow!r} of {env} has agents "
+                             f"{probe.possible_agents}; TRL's GRPOTrainer trains one agent, "
+                             f"so choose a one-agent workflow (train teams with srpo train)")
+        self.agent = probe.possible_agents[0]
+        self.max_turns = max_turns
+        self._task_of_prompt: dict[str, int] = {}
+
+    def _make(self):
+        return self.spec.make(**self.kwargs)
+
+    def _first_prompt(self, env, task_index: int) -> str:
+        observations, _ = env.reset(options={"task_index": task_index})
+        return observations[self.agent]
+
+    def dataset(self, n_tasks: int, start: int = 0):
+        """A ``datasets.Dataset`` of tasks ``start..start+n_tasks-1``: ``prompt`` (the
+        agent's first prompt) and ``task_index``."""
+        from datasets import Dataset
+
+        env = self._make()
+        indices = list(range(start, start + n_tasks))
+        prompts = [self._first_prompt(env, i) for i in indices]
+        for prompt, index in zip(prompts, indices, strict=True):
+            self._task_of_prompt.setdefault(prompt, index)
+        return Dataset.from_dict({"prompt": prompts, "task_index": indices})
+
+    def reward(self, prompts: list[str], completions: list[Any], task_index: list[int],
+               env_reward: list[float] | None = None, **_: Any) -> list[float]:
+        """The env's reward of each completion (TRL's reward-function signature)."""
+        if env_reward is not None:  # whole episodes were played by rollout_func
+            return [float(r) for r in env_reward]
+        env, rewards = self._make(), []
+        for completion, index in zip(completions, task_index, strict=True):
+            text = completion if isinstance(completion, str) else completion[-1]["content"]
+            self._first_prompt(env, int(index))
+            env.step({self.agent: text})
+            if env.agents:
+                raise ValueError(f"workflow={self.kwargs['workflow']!r} of {self.spec.name} "
+                                 f"takes more than one turn: also pass "
+                                 f"rollout_func=<TRLEnv>.rollout_func to GRPOTrainer")
+            rewards.append(float(env.last_transition.reward))
+        return rewards
+
+    @torch.no_grad()
+    def rollout_func(self, prompts: list[str], trainer) -> dict[str, list]:
+        """Play one episode per prompt with ``trainer``'s model (TRL ``rollout_func``)."""
+        tokenizer = trainer.processing_class
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        limit = int(trainer.max_completion_length)
+        temperature = float(getattr(trainer, "temperature", 1.0) or 1.0)
+        envs = [self._make() for _ in prompts]
+        for env, prompt in zip(envs, prompts, strict=True):
+            if prompt not in self._task_of_prompt:
+                raise ValueError(f"prompt {prompt[:60]!r}... is not from this TRLEnv's "
+                                 f"dataset(); build the train_dataset with it")
+            self._first_prompt(env, self._task_of_prompt[prompt])
+        encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+        prompt_ids = [encode(p) for p in prompts]
+        completion = [[] for _ in prompts]
+        logprobs = [[] for _ in prompts]
+        mask = [[] for _ in prompts]
+        rewards = [0.0] * len(prompts)
+        was_training = model.training
+        model.eval()
+        for _ in range(self.max_turns):
+            live = [i for i, env in enumerate(envs) if env.agents and len(completion[i]) < limit]
+            if not live:
+                break
+            contexts = [prompt_ids[i] + completion[i] for i in live]
+            width = max(map(len, contexts))
+            pad = tokenizer.pad_token_id
+            input_ids = torch.tensor([[pad] * (width - len(c)) + c for c in contexts],
+                                     device=model.device)
+            attention = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts],
+                                     device=model.device)
+            out = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
+                                 temperature=temperature, top_k=0, top_p=1.0,
+                                 max_new_tokens=max(1, limit - min(len(completion[i])
+                                                                   for i in live)),
+                                 pad_token_id=pad, eos_token_id=tokenizer.eos_token_id,
+                                 output_scores=True, return_dict_in_generate=True)
+            new = out.sequences[:, width:]
+            scores = torch.stack(out.scores, 1).float().log_softmax(-1)
+            chosen = scores.gather(-1, new.unsqueeze(-1)).squeeze(-1)
+            for row, i in enumerate(live):
+                room = limit - len(completion[i])
+                ids = new[row].tolist()[:room]
+                if tokenizer.eos_token_id in ids:
+                    ids = ids[:ids.index(tokenizer.eos_token_id) + 1]
+                completion[i] += ids
+                logprobs[i] += chosen[row, :len(ids)].tolist()
+                mask[i] += [1] * len(ids)
+                text = tokenizer.decode(ids, skip_special_tokens=True)
+                observations = envs[i].step({self.agent: text})[0]
+                if not envs[i].agents:
+                    rewards[i] = float(envs[i].last_transition.reward)
+                    continue
+                # the next observation joins the completion, masked out of the loss
+                observation = encode("\n" + observations[self.agent])
+                observation = observation[:max(0, limit - len(completion[i]))]
+                completion[i] += observation
+                logprobs[i] += [0.0] * len(observation)
+                mask[i] += [0] * len(observation)
+        if was_training:
+            model.train()
+        # An episode cut off by the length limit or max_turns ends unfinished: reward 0.
+        return {"prompt_ids": prompt_ids, "completion_ids": completion, "logprobs": logprobs,
+                "env_mask": mask, "env_reward": rewards}
