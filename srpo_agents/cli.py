@@ -7,6 +7,7 @@
     srpo eval --checkpoint runs/demo --env SRPO-Math-v0 --benchmarks aime24,amc23,math500,gsm8k
     srpo rollout --checkpoint runs/demo --env SRPO-Math-v0 --workflow parallel \\
                  --tasks 8 --group-size 4 --out episodes.jsonl
+    srpo plot runs/a runs/b --metric accuracy --out curves.png
 
 Every ``TrainConfig`` field is a ``train`` flag. ``eval`` and ``rollout`` take a run
 directory (its ``policy/``, or its ``policy-<role>/`` folders after
@@ -169,6 +170,14 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    from srpo_agents.plots import plot_runs
+
+    out = plot_runs(args.runs, args.out, metric=args.metric, labels=args.labels or None)
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_envs(args: argparse.Namespace) -> int:
     from srpo_envs import registry
 
@@ -231,6 +240,17 @@ def build_parser() -> argparse.ArgumentParser:
     ls = commands.add_parser("envs", help="list the registered envs with their workflows and "
                                           "roles (built-in and plugins)")
     ls.set_defaults(run=cmd_envs)
+    pl = commands.add_parser("plot", help="redraw learning curves of run directories, "
+                                          "overlaid in one figure")
+    pl.add_argument("runs", nargs="+", help="run directories (each with metrics.jsonl)")
+    pl.add_argument("--out", default="learning_curves.png",
+                    help="PNG file to write (default: %(default)s)")
+    pl.add_argument("--metric", default="accuracy",
+                    help="metrics.jsonl key to draw per step, e.g. reward, mean_set_size, "
+                         "route_mean_k (default: %(default)s)")
+    pl.add_argument("--labels", nargs="*", default=[],
+                    help="one legend name per run (default: the directories' names)")
+    pl.set_defaults(run=cmd_plot)
     return parser
 
 
@@ -238,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, ImportError) as err:
         print(f"srpo: error: {err}", file=sys.stderr)
         return 2
 

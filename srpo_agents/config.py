@@ -127,6 +127,9 @@ class TrainConfig:
     """Seeds the warm start, task draws, sampling and the update."""
     out: str = ""
     """Run directory (default runs/<env>-<workflow>-<algo>-s<seed>)."""
+    tensorboard: bool = False
+    """Also log every metrics.jsonl number to TensorBoard in <out>/tensorboard (needs the
+    tensorboard package)."""
     save_every: int = 10
     """Checkpoint every N steps (atomically; the last step is always saved)."""
     resume: bool = False

@@ -292,6 +292,13 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
         updates_total = rows[-1].get("updates_total", 0) if rows else 0
     n_train = _task_count(train_envs)
+    board = None
+    if config.tensorboard:
+        from srpo_agents.tensorboard_log import TensorBoardLog
+
+        board = TensorBoardLog(run_dir / "tensorboard")
+        if not start_step:
+            board.evaluation("before", before, 0)
     bar = tqdm(range(start_step, config.steps), initial=start_step, total=config.steps,
                desc="srpo train", disable=None)
     for step in bar:
@@ -311,6 +318,8 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
                        eval_seconds=spent)
         with metrics_path.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
+        if board is not None:
+            board.row(row)
         bar.set_postfix(acc=f"{row['accuracy']:.2f}", upd=updates_total,
                         mixed=f"{row['mixed_group_fraction']:.2f}",
                         ent=f"{row.get('entropy', 0.0):.2f}", kl=f"{row.get('approx_kl', 0.0):.3f}",
@@ -324,6 +333,9 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
                             extra={"before": before})
     after, spent = timed_eval("after")
     eval_seconds["before_after"] += spent
+    if board is not None:
+        board.evaluation("after", after, config.steps)
+        board.close()
     log(f"after: avg@{config.eval_k} {after['avg_at_k']:.3f} (+-{after['avg_at_k_stderr']:.3f}), "
         f"pass@{config.eval_k} {after['pass_at_k']:.3f}")
     difference = paired_difference(before, after)

@@ -74,3 +74,30 @@ def test_the_gym_example_runs():
     math = module.main(["--env", "SRPO-Math-v0", "--workflow", "solve_verify",
                         "--episodes", "10"])
     assert math["episodes"] == 10 and math["events"] >= 20
+
+
+def test_tensorboard_logs_the_metrics_keys_and_srpo_plot_overlays_runs(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard", reason="the tensorboard package is not installed")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("SRPO_CACHE_DIR", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    assert main(["train", "--env", "SRPO-Countdown-v0", "--workflow", "single", "--steps", "2",
+                 "--group-size", "2", "--tasks-per-step", "2", "--eval-tasks", "4",
+                 "--eval-k", "2", "--max-new-tokens", "6", "--warmstart-steps", "2",
+                 "--warmstart-target", "1.0", "--tensorboard", "--out", str(run)]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    flat = {k for k, v in rows[0].items() if isinstance(v, int | float) and k != "step"}
+    assert flat <= tags and {"eval/avg_at_k", "eval/pass_at_k"} <= tags
+    assert [e.step for e in events.Scalars("accuracy")] == [1, 2]
+    assert [e.value for e in events.Scalars("accuracy")] == pytest.approx(
+        [r["accuracy"] for r in rows])
+
+    png = tmp_path / "curves.png"
+    assert main(["plot", str(run), str(run), "--labels", "a", "b", "--out", str(png)]) == 0
+    assert png.stat().st_size > 1000
+    assert main(["plot", str(run), "--metric", "nope", "--out", str(png)]) == 2
+    assert main(["plot", str(tmp_path / "missing"), "--out", str(png)]) == 2

@@ -248,7 +248,7 @@ def test_srpo_envs_lists_every_env_with_workflows_and_roles(capsys):
 def test_every_flag_of_every_command_has_help():
     parser = build_parser()
     commands = parser._subparsers._group_actions[0]
-    assert set(commands.choices) == {"train", "eval", "rollout", "envs"}
+    assert set(commands.choices) == {"train", "eval", "rollout", "envs", "plot"}
     assert all(action.help for action in commands._choices_actions)
     for name, sub in commands.choices.items():
         for action in sub._actions:
