@@ -56,9 +56,10 @@ class TRLEnv:
         observations, _ = env.reset(options={"task_index": task_index})
         return observations[self.agent]
 
-    def dataset(self, n_tasks: int, start: int = 0):
+    def dataset(self, n_tasks: int, start: int = 0, chat: bool = False):
         """A ``datasets.Dataset`` of tasks ``start..start+n_tasks-1``: ``prompt`` (the
-        agent's first prompt) and ``task_index``."""
+        agent's first prompt; with ``chat``, as one user message, so TRL applies the
+        model's chat template) and ``task_index``."""
         from datasets import Dataset
 
         env = self._make()
@@ -66,7 +67,8 @@ class TRLEnv:
         prompts = [self._first_prompt(env, i) for i in indices]
         for prompt, index in zip(prompts, indices, strict=True):
             self._task_of_prompt.setdefault(prompt, index)
-        return Dataset.from_dict({"prompt": prompts, "task_index": indices})
+        column = [[{"role": "user", "content": p}] for p in prompts] if chat else prompts
+        return Dataset.from_dict({"prompt": column, "task_index": indices})
 
     def reward(self, prompts: list[str], completions: list[Any], task_index: list[int],
                env_reward: list[float] | None = None, **_: Any) -> list[float]:
@@ -93,13 +95,17 @@ class TRLEnv:
         limit = int(trainer.max_completion_length)
         temperature = float(getattr(trainer, "temperature", 1.0) or 1.0)
         envs = [self._make() for _ in prompts]
-        for env, prompt in zip(envs, prompts, strict=True):
-            if prompt not in self._task_of_prompt:
-                raise ValueError(f"prompt {prompt[:60]!r}... is not from this TRLEnv's "
+        texts = [p[-1]["content"] if isinstance(p, list) else p for p in prompts]
+        for env, text in zip(envs, texts, strict=True):
+            if text not in self._task_of_prompt:
+                raise ValueError(f"prompt {text[:60]!r}... is not from this TRLEnv's "
                                  f"dataset(); build the train_dataset with it")
-            self._first_prompt(env, self._task_of_prompt[prompt])
+            self._first_prompt(env, self._task_of_prompt[text])
         encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-        prompt_ids = [encode(p) for p in prompts]
+        # a chat prompt goes through the model's chat template, as TRL's own generation does
+        prompt_ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True,
+                                                    tokenize=True, return_dict=False)
+                      if isinstance(p, list) else encode(p) for p in prompts]
         completion = [[] for _ in prompts]
         logprobs = [[] for _ in prompts]
         mask = [[] for _ in prompts]

@@ -50,6 +50,13 @@ def test_grpo_trainer_on_a_one_turn_env(tmp_path):
     assert dataset[0]["task_index"] == 0 and " to " in dataset[0]["prompt"]
     task = countdown_v0.parallel_env().task(0)
     assert env.reward([dataset[0]["prompt"]] * 2, [task.solution, "1+1"], [0, 0]) == [1.0, 0.0]
+    chat = env.dataset(2, chat=True)
+    assert chat[0]["prompt"] == [{"role": "user", "content": dataset[0]["prompt"]}]
+    assert env.reward(chat["prompt"], [[{"role": "assistant", "content": task.solution}]],
+                      [0]) == [1.0]
+    math = TRLEnv("SRPO-Math-v0", workflow="single")
+    math_task = math._make().task(3)
+    assert math.reward([""], [math_task.solution], [3]) == [1.0]
 
     policy = _policy(tmp_path, list(dataset["prompt"]) + ["0123456789+-*/()"])
     before = [p.detach().clone() for p in policy.model.parameters()]
