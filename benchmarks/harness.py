@@ -58,6 +58,13 @@ ALL_ALGOS = sorted(ALGORITHMS)
 DATA = default_data_dir()
 REFERENCE = "srpo"
 KAPPA_ABLATION = ("srpo", "srpo_sum", "srpo_mean")  # kappa = 1/sqrt K, 1, 1/K
+COUNTDOWN_BASE = dict(model="tiny", steps=40, group_size=8, tasks_per_step=16, lr=3e-5,
+                      epochs=1, minibatch_units=64, eps_high=0.28, difficulty=(0, 1),
+                      max_new_tokens=16, eval_tasks=500, eval_k=4, n_agents=3,
+                      warmstart_steps=400, warmstart_decay=True, warmstart_minutes=60.0,
+                      warmstart_target=1.0, warmstart_skill=0.5)
+COUNTDOWN_VARIANTS = {("SRPO-Countdown-v0", "single"): dict(workflow="single",
+                                                           warm_pair="parallel")}
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {"pairs": [("SRPO-Math-v0", "parallel")], "algos": ["srpo", "grpo"],
               "seeds": [0], "base": dict(model="fresh-tiny", steps=2, group_size=2,
@@ -124,14 +131,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     "countdown": {"pairs": [("SRPO-Countdown-v0", "parallel"), ("SRPO-Countdown-v0", "single")],
                   "algos": ["srpo"], "seeds": [0],
                   "compare": [("SRPO-Countdown-v0", "parallel", "single")],
-                  "base": dict(model="tiny", steps=40, group_size=8, tasks_per_step=16,
-                               lr=3e-5, epochs=1, minibatch_units=64, eps_high=0.28,
-                               difficulty=(0, 1), max_new_tokens=16, eval_tasks=500,
-                               eval_k=4, n_agents=3, warmstart_steps=400,
-                               warmstart_decay=True, warmstart_minutes=60.0,
-                               warmstart_target=1.0, warmstart_skill=0.5),
-                  "variants": {("SRPO-Countdown-v0", "single"): dict(
-                      workflow="single", warm_pair="parallel")}},
+                  "base": COUNTDOWN_BASE, "variants": COUNTDOWN_VARIANTS},
+    # The same at four times the steps: whether the parallel team, within noise at 40
+    # steps, moves with a longer budget (declared after the 40-step run, as a budget sweep).
+    "countdown_long": {"pairs": [("SRPO-Countdown-v0", "parallel"),
+                                 ("SRPO-Countdown-v0", "single")],
+                       "algos": ["srpo"], "seeds": [0],
+                       "compare": [("SRPO-Countdown-v0", "parallel", "single")],
+                       "base": {**COUNTDOWN_BASE, "steps": 160},
+                       "variants": COUNTDOWN_VARIANTS},
     # The GPU preset: the paper's setting on the real benchmark files (see
     # srpo_agents.benchmark_sets). Training data: the MATH train stand-in; for search,
     # HotpotQA train questions over a Wikipedia retrieval server (Search-R1's protocol)

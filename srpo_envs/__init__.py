@@ -34,6 +34,8 @@ BUILTIN_SPECS = (
         name="SRPO-Math-v0", entry_point="srpo_envs.math_v0:parallel_env",
         workflows=("single", "solve_verify", "parallel", "routed"),
         description="math solve-and-verify: solvers, verifier, aggregator, router",
+        agents_argument="n_solvers", turns_argument="max_rounds",
+        levels_argument="difficulty", compact_prompts="srpo_envs.math_v0:COMPACT_PROMPTS",
         kwargs_function="srpo_envs.math_v0:run_kwargs",
         reference_team="srpo_envs.scripted:ScriptedMathTeam",
         benchmarks=_MATH_BENCHMARKS),
@@ -42,6 +44,9 @@ BUILTIN_SPECS = (
         workflows=("single", "parallel", "search_answer_verify", "routed"),
         description="multi-turn search QA over a corpus: searchers, answerer, verifier, "
                     "aggregator, router",
+        agents_argument="n_searchers", turns_argument="max_turns",
+        compact_prompts="srpo_envs.search_v0:COMPACT_PROMPTS",
+        compact_kwargs={"top_k": 2, "max_passage_chars": 160},
         kwargs_function="srpo_envs.search_v0:run_kwargs",
         reference_team="srpo_envs.scripted:search_reference_team",
         shared_attributes=("retriever",), tool_calls=True, benchmarks=_SEARCH_BENCHMARKS),

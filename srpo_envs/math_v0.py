@@ -28,18 +28,11 @@ COMPACT_PROMPTS = {
 }
 
 
-def run_kwargs(settings: RunSettings) -> dict:
-    """Constructor arguments for a training run's env (``EnvSpec.kwargs``)."""
-    kwargs = {"workflow": settings.workflow, "cost_per_token": settings.cost_per_token,
-              "n_solvers": settings.n_agents, "max_rounds": settings.max_turns,
-              "difficulty": settings.difficulty, "split": settings.split}
-    if settings.cost_per_token:
-        kwargs["token_counter"] = settings.token_counter
+def run_kwargs(settings: RunSettings, kwargs: dict) -> dict:
+    """A training run's constructor arguments (``EnvSpec.kwargs_function``): the tiny
+    policy's replies are bounded by its token budget (one character per token)."""
     if settings.compact:
-        kwargs["prompts"] = COMPACT_PROMPTS
         kwargs["max_output_chars"] = max(64, 4 * settings.max_new_tokens)
-    if settings.dataset:
-        kwargs["dataset"] = settings.dataset
     return kwargs
 
 

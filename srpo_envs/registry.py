@@ -84,8 +84,9 @@ class EnvSpec:
     """``"module:Class"`` (or a callable) taking ``skill`` and ``seed`` and returning a
     scripted team with ``act(env, observations) -> actions`` and
     ``imitable(env, output) -> bool``: the tiny policy's warm start imitates it."""
-    kwargs_function: str | Callable[[RunSettings], dict[str, Any]] | None = None
-    """Replaces the generic ``kwargs`` mapping when an env needs more (math, search)."""
+    kwargs_function: str | Callable[[RunSettings, dict[str, Any]], dict[str, Any]] | None = None
+    """Called as ``f(settings, kwargs)`` on the generic mapping's result, for an env that
+    needs more (math, search); returns the final arguments."""
     shared_attributes: tuple[str, ...] = ()
     """Attributes of a run's first env passed to its later ones as constructor arguments
     (the search env's retriever: one index serves every env of a run)."""
@@ -116,8 +117,6 @@ class EnvSpec:
 
     def kwargs(self, settings: RunSettings) -> dict[str, Any]:
         """Constructor arguments for a run's train or held-out env."""
-        if self.kwargs_function is not None:
-            return _resolve(self.kwargs_function, f"{self.name}.kwargs_function")(settings)
         kwargs: dict[str, Any] = {"workflow": settings.workflow, "split": settings.split,
                                   "cost_per_token": settings.cost_per_token}
         if settings.cost_per_token:
@@ -138,6 +137,11 @@ class EnvSpec:
             if prompts:
                 kwargs["prompts"] = dict(prompts)
             kwargs.update(self.compact_kwargs)
+        if self.tool_calls:
+            kwargs["cost_per_tool_call"] = settings.cost_per_tool_call
+        if self.kwargs_function is not None:
+            extend = _resolve(self.kwargs_function, f"{self.name}.kwargs_function")
+            kwargs = extend(settings, kwargs)
         return kwargs
 
     def team(self, skill: float, seed: int) -> Any:

@@ -37,12 +37,17 @@ def _wrong(answer: str, rng: random.Random) -> str:
     return str(wrong.numerator) if wrong.denominator == 1 else f"{wrong.numerator}/{wrong.denominator}"
 
 
-class ScriptedMathTeam:
+class _SkilledTeam:
+    """A scripted team that is right with probability ``skill``."""
+
     def __init__(self, skill: float = 0.6, seed: int = 0):
         if not 0.0 <= skill <= 1.0:
             raise ValueError(f"skill={skill!r}: expected a probability in [0, 1]")
         self.skill = skill
         self.rng = random.Random(seed)
+
+
+class ScriptedMathTeam(_SkilledTeam):
 
     def _solve(self, task) -> str:
         """The task's reference solution when right (a reference trajectory a warm start
@@ -184,18 +189,12 @@ def search_reference_team(skill: float = 0.75, seed: int = 0) -> OracleSearchTea
     return OracleSearchTeam(slip=1.0 - skill, seed=seed)
 
 
-class ScriptedCountdownTeam:
+class ScriptedCountdownTeam(_SkilledTeam):
     """Plays SRPO-Countdown-v0: a solver (or proposer) writes the task's reference
     equation with probability ``skill``, otherwise the same equation with its target
     missed (one number changed by one); the aggregator writes the first proposal that
     checks out, else the first proposal. It reads the reference from the env, so it is an
     oracle with noise, for warm starts, demos and tests."""
-
-    def __init__(self, skill: float = 0.75, seed: int = 0):
-        if not 0.0 <= skill <= 1.0:
-            raise ValueError(f"skill={skill!r}: expected a probability in [0, 1]")
-        self.skill = skill
-        self.rng = random.Random(seed)
 
     def _solve(self, task) -> str:
         if self.rng.random() < self.skill:

@@ -28,23 +28,15 @@ COMPACT_PROMPTS = {
 }
 
 
-def run_kwargs(settings: RunSettings) -> dict:
-    """Constructor arguments for a training run's env (``EnvSpec.kwargs``)."""
-    kwargs = {"workflow": settings.workflow, "cost_per_token": settings.cost_per_token,
-              "n_searchers": settings.n_agents, "max_turns": settings.max_turns,
-              "split": settings.split, "retriever": settings.retriever,
-              "cost_per_tool_call": settings.cost_per_tool_call}
-    if settings.cost_per_token:
-        kwargs["token_counter"] = settings.token_counter
+def run_kwargs(settings: RunSettings, kwargs: dict) -> dict:
+    """A training run's constructor arguments (``EnvSpec.kwargs_function``): the
+    retriever and corpus, and for the tiny policy a world it can read."""
+    kwargs["retriever"] = settings.retriever
     if settings.corpus:
         kwargs["corpus"] = settings.corpus
-    if settings.compact:
-        kwargs.update(prompts=COMPACT_PROMPTS, top_k=2, max_passage_chars=160)
-        if not settings.dataset:
-            # Short names and one-sentence facts: a world the byte-level policy can read.
-            kwargs["world"] = "compact"
-    if settings.dataset:
-        kwargs["dataset"] = settings.dataset
+    if settings.compact and not settings.dataset:
+        # Short names and one-sentence facts: a world the byte-level policy can read.
+        kwargs["world"] = "compact"
     return kwargs
 
 
