@@ -13,6 +13,9 @@
   so ``"no"`` earns nothing against ``"no way"`` and vice versa.
 - ``gold_answers`` is one string or a sequence of aliases; an empty sequence is a
   ``ValueError`` (a question without a gold answer is a data bug, not a zero).
+- Time bound: a prediction longer than ``MAX_PREDICTION_CHARS`` is scored on its first
+  ``MAX_PREDICTION_CHARS`` characters, so every call returns well within a second on any
+  input (an answer is a few words; the envs clip outputs far below the cap anyway).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import string
 from collections import Counter
 from collections.abc import Sequence
 
-_PUNCTUATION = frozenset(string.punctuation)
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+MAX_PREDICTION_CHARS = 100_000
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _BINARY = frozenset({"yes", "no"})
 
@@ -30,8 +34,7 @@ _BINARY = frozenset({"yes", "no"})
 def normalize_answer(text: str) -> str:
     if not isinstance(text, str):
         raise TypeError(f"answers must be strings, got {type(text).__name__}")
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
+    text = text.lower().translate(_PUNCTUATION)
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
 
@@ -44,7 +47,7 @@ def _aliases(gold_answers: str | Sequence[str]) -> list[str]:
 
 
 def exact_match(prediction: str, gold_answers: str | Sequence[str]) -> bool:
-    predicted = normalize_answer(prediction)
+    predicted = normalize_answer(prediction[:MAX_PREDICTION_CHARS])
     return any(predicted == normalize_answer(alias) for alias in _aliases(gold_answers))
 
 
@@ -63,5 +66,5 @@ def _f1(predicted: str, gold: str) -> float:
 
 
 def f1_score(prediction: str, gold_answers: str | Sequence[str]) -> float:
-    predicted = normalize_answer(prediction)
+    predicted = normalize_answer(prediction[:MAX_PREDICTION_CHARS])
     return max(_f1(predicted, normalize_answer(alias)) for alias in _aliases(gold_answers))
