@@ -1,14 +1,29 @@
-"""Checkpoints: model, optimizer, every RNG state, step and config in one file, written
-atomically (temporary file in the same folder, fsync, ``os.replace``) so a crash
-mid-write leaves the previous checkpoint intact and ``--resume`` continues exactly.
+"""Checkpoints that resume exactly, survive a kill at any point and never unpickle.
+
+A checkpoint is a folder ``checkpoints/step-NNNNNNNN/`` of two files:
+
+- ``tensors.safetensors``: every model weight, optimizer tensor and torch RNG state;
+- ``state.json``: the step, config, optimizer hyper-parameters, Python and NumPy RNG
+  states, extras, and the SHA-256 of the tensor file and of its own payload.
+
+Neither format can run code when read: no pickle anywhere (``torch.load`` is never
+called). A checkpoint is written into a temporary folder, fsynced and renamed into
+place, so a kill mid-write leaves at most a ``.tmp-*`` folder that is ignored and swept.
+The last ``KEEP`` checkpoints are kept. ``load_checkpoint`` takes the newest one whose
+checksums verify; a truncated or corrupted one is reported by file name and skipped for
+the previous good one. A ``checkpoint.pt`` of the old pickle format is refused with an
+error that says why.
 
 The policy's weights and tokenizer are also saved with ``save_pretrained`` under
-``policy/`` (``policy-<role>/`` for per-role policies) so that ``srpo eval --checkpoint`` and any Hugging Face tool can load them.
+``policy/`` (``policy-<role>/`` for per-role policies) so that ``srpo eval --checkpoint``
+and any Hugging Face tool can load them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -18,14 +33,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from srpo_agents import faults
 from srpo_envs.retrieval.cache import atomic_write  # stdlib only: tmp, fsync, replace
 
-CHECKPOINT_NAME = "checkpoint.pt"
+CHECKPOINTS = "checkpoints"
+LEGACY_NAME = "checkpoint.pt"
+FORMAT = 2
+KEEP = 2
 SHARED = "shared"
 
 
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    atomic_write(path, lambda handle: torch.save(obj, handle))
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used (corrupt, truncated, of another run or format)."""
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
@@ -52,24 +71,40 @@ def save_pretrained_atomic(model, tokenizer, directory: Path) -> None:
         raise
 
 
-def rng_state(generators: dict[str, Any]) -> dict[str, Any]:
-    """States of the global RNGs plus the named ``random.Random``/``torch.Generator``s."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
-             "torch": torch.get_rng_state()}
-    for name, gen in generators.items():
-        state[name] = gen.get_state() if isinstance(gen, torch.Generator) else gen.getstate()
-    return state
-
-
-def set_rng_state(state: dict[str, Any], generators: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+def rng_state(generators: dict[str, Any]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The global RNGs' and the named ``random.Random``/``torch.Generator``s' states, as
+    (JSON-able values, tensors)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    plain: dict[str, Any] = {"python": _jsonable(random.getstate()),
+                             "numpy": [kind, keys.tolist(), pos, has_gauss, cached]}
+    tensors = {"rng/torch": torch.get_rng_state()}
     for name, gen in generators.items():
         if isinstance(gen, torch.Generator):
-            gen.set_state(state[name])
+            tensors[f"rng/{name}"] = gen.get_state()
         else:
-            gen.setstate(state[name])
+            plain[name] = _jsonable(gen.getstate())
+    return plain, tensors
+
+
+def set_rng_state(plain: dict[str, Any], tensors: dict[str, torch.Tensor],
+                  generators: dict[str, Any]) -> None:
+    random.setstate(_tuples(plain["python"]))
+    kind, keys, pos, has_gauss, cached = plain["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(tensors["rng/torch"])
+    for name, gen in generators.items():
+        if isinstance(gen, torch.Generator):
+            gen.set_state(tensors[f"rng/{name}"])
+        else:
+            gen.setstate(_tuples(plain[name]))
+
+
+def _jsonable(value: Any) -> Any:
+    return [_jsonable(v) for v in value] if isinstance(value, tuple | list) else value
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def policy_dir(run_dir: Path, name: str) -> Path:
@@ -77,33 +112,173 @@ def policy_dir(run_dir: Path, name: str) -> Path:
     return Path(run_dir) / ("policy" if name == SHARED else f"policy-{name}")
 
 
+def _optimizer_parts(name: str, optimizer) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    state = optimizer.state_dict()
+    tensors, plain_state = {}, {}
+    for pid, fields in state["state"].items():
+        for key, value in fields.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optimizer/{name}/{pid}/{key}"] = value.detach().clone().contiguous()
+            else:
+                plain_state.setdefault(str(pid), {})[key] = value
+    return {"state": plain_state, "param_groups": _jsonable(state["param_groups"])}, tensors
+
+
+def _optimizer_state(name: str, plain: dict[str, Any], tensors: dict[str, torch.Tensor]
+                     ) -> dict[str, Any]:
+    state: dict[int, dict[str, Any]] = {}
+    prefix = f"optimizer/{name}/"
+    for key, value in tensors.items():
+        if key.startswith(prefix):
+            pid, field = key[len(prefix):].split("/", 1)
+            state.setdefault(int(pid), {})[field] = value
+    for pid, fields in plain["state"].items():
+        state.setdefault(int(pid), {}).update(fields)
+    groups = [{k: tuple(v) if k == "betas" else v for k, v in group.items()}
+              for group in plain["param_groups"]]
+    return {"state": state, "param_groups": groups}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _canonical(payload: Any) -> bytes:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def checkpoint_dirs(run_dir: Path) -> list[Path]:
+    """The run's checkpoint folders, newest first (temporary ones excluded)."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    return sorted((d for d in root.iterdir() if d.is_dir() and d.name.startswith("step-")),
+                  key=lambda d: d.name, reverse=True)
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    return bool(checkpoint_dirs(run_dir)) or (Path(run_dir) / LEGACY_NAME).exists()
+
+
 def save_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict[str, Any],
                     step: int, config: dict, generators: dict[str, Any],
                     extra: dict | None = None) -> Path:
-    """``policies``/``optimizers`` are keyed by ``SHARED`` or by role."""
-    path = Path(run_dir) / CHECKPOINT_NAME
-    payload = {"step": step, "config": config,
-               "models": {name: p.model.state_dict() for name, p in policies.items()},
-               "optimizers": {name: o.state_dict() for name, o in optimizers.items()},
-               "rng": rng_state(generators), "extra": extra or {}}
-    _atomic_torch_save(payload, path)
+    """``policies``/``optimizers`` are keyed by ``SHARED`` or by role. Returns the folder."""
+    from safetensors.torch import save_file
+
+    root = Path(run_dir) / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):  # left by a kill mid-write
+        shutil.rmtree(stale, ignore_errors=True)
+    tensors: dict[str, torch.Tensor] = {}
+    for name, policy in policies.items():
+        for key, value in policy.model.state_dict().items():
+            # clones: tied weights share storage, which safetensors refuses to write
+            tensors[f"model/{name}/{key}"] = value.detach().clone().contiguous()
+    optim_plain = {}
+    for name, optimizer in optimizers.items():
+        optim_plain[name], optim_tensors = _optimizer_parts(name, optimizer)
+        tensors.update(optim_tensors)
+    rng_plain, rng_tensors = rng_state(generators)
+    tensors.update(rng_tensors)
+    payload = {"format": FORMAT, "step": step, "config": config,
+               "policies": sorted(policies), "optimizers": optim_plain, "rng": rng_plain,
+               "extra": extra or {}}
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-step-{step:08d}-"))
+    try:
+        save_file(tensors, str(tmp / "tensors.safetensors"))
+        with (tmp / "tensors.safetensors").open("rb+") as handle:
+            os.fsync(handle.fileno())
+        faults.kill_point("checkpoint")  # fault-injection tests: a kill mid-write
+        state = {"format": FORMAT, "tensors_sha256": _sha256(tmp / "tensors.safetensors"),
+                 "payload_sha256": hashlib.sha256(_canonical(payload)).hexdigest(),
+                 "payload": payload}
+        with (tmp / "state.json").open("w", encoding="utf-8") as handle:
+            json.dump(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        final = root / f"step-{step:08d}"
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in checkpoint_dirs(run_dir)[KEEP:]:
+        shutil.rmtree(old, ignore_errors=True)
     for name, policy in policies.items():
         save_pretrained_atomic(policy.model, policy.tokenizer, policy_dir(run_dir, name))
-    return path
+    return final
+
+
+def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(payload, tensors) of one checkpoint folder after verifying both checksums; a
+    ``CheckpointError`` naming the bad file otherwise."""
+    from safetensors.torch import load_file
+
+    state_path, tensor_path = folder / "state.json", folder / "tensors.safetensors"
+    try:
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        payload, expected = state["payload"], state["payload_sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{state_path} is missing, truncated or corrupt ({err})") from None
+    if hashlib.sha256(_canonical(payload)).hexdigest() != expected:
+        raise CheckpointError(f"{state_path}: its payload does not match its checksum")
+    if state.get("format") != FORMAT:
+        raise CheckpointError(f"{state_path}: format {state.get('format')!r}, expected {FORMAT}")
+    if not tensor_path.is_file() or _sha256(tensor_path) != state["tensors_sha256"]:
+        raise CheckpointError(f"{tensor_path} is missing, truncated or corrupt (its SHA-256 "
+                              f"does not match {state_path})")
+    return payload, load_file(str(tensor_path))
 
 
 def load_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict[str, Any],
-                    generators: dict[str, Any]) -> dict:
-    """Restore models, optimizers and RNGs in place; return the payload (step, extra...)."""
-    path = Path(run_dir) / CHECKPOINT_NAME
-    if not path.is_file():
-        raise FileNotFoundError(f"--resume: no checkpoint at {path}")
-    payload = torch.load(path, map_location="cpu", weights_only=False)
-    if set(payload["models"]) != set(policies):
-        raise ValueError(f"--resume: the checkpoint holds policies {sorted(payload['models'])}"
-                         f" but this run has {sorted(policies)} (per_role_policies differs?)")
-    for name, policy in policies.items():
-        policy.model.load_state_dict(payload["models"][name])
-        optimizers[name].load_state_dict(payload["optimizers"][name])
-    set_rng_state(payload["rng"], generators)
-    return payload
+                    generators: dict[str, Any], log=print) -> dict:
+    """Restore models, optimizers and RNGs in place from the newest good checkpoint;
+    return its payload (step, extra...)."""
+    run_dir = Path(run_dir)
+    if (run_dir / LEGACY_NAME).exists() and not checkpoint_dirs(run_dir):
+        raise CheckpointError(
+            f"--resume: {run_dir / LEGACY_NAME} is a checkpoint of the old pickle format, "
+            f"which srpo no longer loads: unpickling a file can run arbitrary code. Resume "
+            f"is possible from checkpoints written by this version (checkpoints/step-*/)")
+    folders = checkpoint_dirs(run_dir)
+    if not folders:
+        raise FileNotFoundError(f"--resume: no checkpoint in {run_dir / CHECKPOINTS}")
+    problems = []
+    for folder in folders:
+        try:
+            payload, tensors = read_checkpoint(folder)
+        except CheckpointError as err:
+            problems.append(str(err))
+            log(f"checkpoint skipped: {err}")
+            continue
+        if set(payload["policies"]) != set(policies):
+            raise CheckpointError(
+                f"--resume: {folder} holds policies {payload['policies']} but this run has "
+                f"{sorted(policies)} (per_role_policies differs?)")
+        for name, policy in policies.items():
+            prefix = f"model/{name}/"
+            policy.model.load_state_dict({k[len(prefix):]: v for k, v in tensors.items()
+                                          if k.startswith(prefix)})
+            optimizers[name].load_state_dict(
+                _optimizer_state(name, payload["optimizers"][name], tensors))
+        set_rng_state(payload["rng"], tensors, generators)
+        return {**payload, "folder": str(folder)}
+    raise CheckpointError("--resume: no usable checkpoint; " + "; ".join(problems))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from srpo_agents import faults
 from srpo_agents.events import ActionUnit, event_atomic_batches
 from srpo_agents.generation import cache_kwarg
 from srpo_agents.objective import POLICY_LOSSES, Algorithm, LossConfig, LossInputs
@@ -247,6 +248,7 @@ class Learner:
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
                                                       self.config.max_grad_norm)
                 grad_norms.append(float(norm))
+                faults.kill_point("update")  # fault-injection tests: a kill mid-update
                 self.optimizer.step()
         model.eval()
         out = {k: v / count for k, v in sums.items()}

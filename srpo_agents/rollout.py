@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from srpo_agents import faults
 from srpo_agents.generation import BACKENDS, GenerationOutput
 from srpo_agents.policy import Policy
 from srpo_envs import Transition
@@ -208,6 +209,7 @@ class RolloutEngine:
             roles = [envs[i].roles[agent] for i, agent in due]
             prompts = self._prompt_ids(roles, [observations[i][agent] for i, agent in due])
             outputs = self._generate_by_role(roles, prompts)
+            faults.kill_point("generation")  # fault-injection tests: a kill mid-rollout
             version = self.policy_version
             texts = [self.policy_for(role).decode(ids)
                      for role, (ids, _, _) in zip(roles, outputs, strict=True)]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -30,9 +31,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from srpo_agents import faults
 from srpo_agents.checkpoint import (
-    CHECKPOINT_NAME,
     SHARED,
+    has_checkpoint,
     load_checkpoint,
     save_checkpoint,
     write_json_atomic,
@@ -46,6 +48,7 @@ from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_agents.policy import Policy, load_policy
 from srpo_agents.rollout import RolloutEngine
 from srpo_agents.routing_stats import plot_routing, routing_summary
+from srpo_envs.retrieval.cache import atomic_write
 
 
 def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dict]:
@@ -73,6 +76,38 @@ def _eval_indices(config: TrainConfig, envs: list) -> list[int]:
     total = _task_count(envs)
     n = config.eval_tasks if total is None else min(config.eval_tasks, total)
     return list(range(n))
+
+
+def append_json_line(path: Path, row: dict) -> None:
+    """One whole line per write, flushed to disk: a kill leaves the file without the row
+    or with it, at worst with a torn last line that ``read_metrics_rows`` drops."""
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_metrics_rows(path: Path) -> list[dict]:
+    """The rows of a ``metrics.jsonl``; a torn last line (a kill mid-write) is dropped."""
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number != len(lines):
+                raise ValueError(f"{path}:{number}: not a JSON row (only the last line can "
+                                 f"be torn by a kill)") from None
+    return rows
+
+
+def write_json_lines_atomic(path: Path, rows: list[dict]) -> None:
+    data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
+    atomic_write(path, lambda handle: handle.write(data))
 
 
 def _returns_by_task(rollouts) -> dict[str, set[float]]:
@@ -138,7 +173,7 @@ def plot_curve(metrics_path: Path, png: Path, title: str, before: dict, after: d
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+    rows = read_metrics_rows(metrics_path)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot([r["step"] + 1 for r in rows], [r["accuracy"] for r in rows],
             label="training episodes: accuracy")
@@ -173,7 +208,7 @@ def time_breakdown(metrics_path: Path, warm: dict, before_after_eval: float,
     env stepping of the training rollouts, updates, held-out evaluations (the ones
     during training, and ``before_after_eval``: the before and after evaluations this
     invocation ran; a "before" shared with other runs counts 0 here) and the rest."""
-    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+    rows = read_metrics_rows(metrics_path)
     out = {"warm_start": float(warm.get("seconds", 0.0)) if not warm.get("cached") else 0.0,
            "generation": sum(r.get("generation_seconds", 0.0) for r in rows),
            "env": sum(r.get("env_seconds", 0.0) for r in rows),
@@ -264,15 +299,15 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
                   **{f"learner_rng:{name}": learner.rng for name, learner in learners.items()}}
     metrics_path, summary_path = run_dir / "metrics.jsonl", run_dir / "summary.json"
     start_step = 0
-    if config.resume and (run_dir / CHECKPOINT_NAME).is_file():
+    if config.resume and has_checkpoint(run_dir):
         payload = load_checkpoint(run_dir, policies=policies, optimizers=optimizers,
-                                  generators=generators)
+                                  generators=generators, log=log)
         start_step, before = payload["step"], payload["extra"].get("before") or before
         engine.policy_version = start_step
-        kept = [line for line in metrics_path.read_text().splitlines()
-                if line and json.loads(line)["step"] < start_step]
-        metrics_path.write_text("".join(line + "\n" for line in kept))
-        log(f"resumed from {run_dir / CHECKPOINT_NAME} at step {start_step}")
+        # rows of the steps to be replayed go, and so does a line torn by a kill
+        kept = [row for row in read_metrics_rows(metrics_path) if row["step"] < start_step]
+        write_json_lines_atomic(metrics_path, kept)
+        log(f"resumed from {payload['folder']} at step {start_step}")
     elif metrics_path.exists():
         metrics_path.unlink()
     eval_seconds = {"before_after": 0.0}
@@ -289,7 +324,7 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
             f"(+-{before['avg_at_k_stderr']:.3f}), pass@{config.eval_k} {before['pass_at_k']:.3f}")
     updates_total = 0
     if start_step:
-        rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+        rows = read_metrics_rows(metrics_path)
         updates_total = rows[-1].get("updates_total", 0) if rows else 0
     n_train = _task_count(train_envs)
     board = None
@@ -302,6 +337,7 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     bar = tqdm(range(start_step, config.steps), initial=start_step, total=config.steps,
                desc="srpo train", disable=None)
     for step in bar:
+        faults.at_step(step)
         tick = time.monotonic()
         tasks = [task_rng.randrange(n_train or 2**31) for _ in range(config.tasks_per_step)]
         options = [{"task_index": t, "episode_id": f"s{step}-t{i}-g{g}"}
@@ -316,8 +352,7 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
             row.update(eval_avg_at_k=mid["avg_at_k"], eval_avg_at_k_stderr=mid["avg_at_k_stderr"],
                        eval_pass_at_k=mid["pass_at_k"], eval_tasks=mid["tasks"],
                        eval_seconds=spent)
-        with metrics_path.open("a") as handle:
-            handle.write(json.dumps(row) + "\n")
+        append_json_line(metrics_path, row)
         if board is not None:
             board.row(row)
         bar.set_postfix(acc=f"{row['accuracy']:.2f}", upd=updates_total,
@@ -331,6 +366,7 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
             save_checkpoint(run_dir, policies=policies, optimizers=optimizers, step=step + 1,
                             config=config.to_dict(), generators=generators,
                             extra={"before": before})
+    faults.at_step(None)
     after, spent = timed_eval("after")
     eval_seconds["before_after"] += spent
     if board is not None:
@@ -353,8 +389,7 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     try:
         plot_curve(metrics_path, run_dir / "learning_curve.png",
                    f"{config.env} {config.workflow} {config.algo}", before, after, config.steps)
-        plot_routing([json.loads(line) for line in metrics_path.read_text().splitlines()
-                      if line], run_dir / "routing.png",
+        plot_routing(read_metrics_rows(metrics_path), run_dir / "routing.png",
                      f"{config.env} {config.workflow} {config.algo}: routing")
     except ImportError:
         log("matplotlib is not installed: no learning_curve.png")

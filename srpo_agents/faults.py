@@ -1,0 +1,25 @@
+"""Fault injection for the crash-safety tests: ``SRPO_KILL_AT=point@step`` makes the
+process SIGKILL itself at the first pass of ``point`` during training step ``step``
+(0-based). Points: ``generation`` (between generation calls of a rollout),
+``update`` (after the backward pass, before the optimizer step) and ``checkpoint``
+(after the tensor file is written, before the checkpoint is complete). Unset, each
+point costs one comparison."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_TARGET = os.environ.get("SRPO_KILL_AT", "")
+step: int | None = None
+"""The training step now running (set by the training loop; None outside it)."""
+
+
+def at_step(value: int | None) -> None:
+    global step
+    step = value
+
+
+def kill_point(name: str) -> None:
+    if _TARGET and step is not None and _TARGET == f"{name}@{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
