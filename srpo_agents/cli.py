@@ -106,6 +106,13 @@ def format_table(before: dict, after: dict | None = None) -> str:
     return "\n".join(lines)
 
 
+def _check_positive(args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        value = getattr(args, name)
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name.replace('_', '-')}={value!r}: expected an int >= 1")
+
+
 def load_engine(args: argparse.Namespace, **overrides):
     """The config and rollout engine of ``--checkpoint`` with the command's flags."""
     from srpo_agents.policy import load_policy
@@ -132,6 +139,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from srpo_agents.evaluate import evaluate
     from srpo_agents.train import held_out
 
+    _check_positive(args, "k", "tasks")
     config, engine = load_engine(args, eval_tasks=args.tasks, eval_k=args.k)
     if args.benchmarks:
         from srpo_agents.benchmark_sets import (
@@ -158,6 +166,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from srpo_agents.rollout_io import write_rollouts
     from srpo_agents.train import eval_pool
 
+    _check_positive(args, "tasks")
     config, engine = load_engine(args)
     split = "test" if args.held_out else "train"
     make = env_factory(config, split, engine.policy.count_tokens)

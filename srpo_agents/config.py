@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_envs import registry
 from srpo_envs.routing import check_cost
+
+RETRIEVERS = ("bm25", "rank_bm25", "dense")
+_DEVICE = re.compile(r"cpu|mps|cuda(:\d+)?")
 
 
 @dataclass
@@ -180,10 +186,61 @@ class TrainConfig:
         if self.warmstart_decay and not self.warmstart_steps:
             raise ValueError("warmstart_decay=True needs warmstart_steps > 0: the cosine "
                              "decay runs over a known number of steps")
+        self._check_numbers()
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ValueError(f"model={self.model!r}: expected 'tiny', a Hugging Face model "
+                             f"name or a local path")
+        if not _DEVICE.fullmatch(str(self.device)):
+            raise ValueError(f"device={self.device!r}: expected cpu, cuda, cuda:N or mps")
+        if spec.tool_calls and not (self.retriever in RETRIEVERS or str(
+                self.retriever).startswith(("http://", "https://"))):
+            raise ValueError(f"retriever={self.retriever!r}: expected one of {RETRIEVERS} "
+                             f"or an http(s):// URL of a retrieval server")
+        for name in ("dataset", "eval_dataset", "corpus"):
+            value = getattr(self, name)
+            if value and str(value).endswith(".jsonl") and not Path(value).is_file():
+                raise FileNotFoundError(f"{name}={value!r}: no such JSONL file")
+        if not isinstance(self.extra_env_kwargs, dict):
+            raise ValueError(f"extra_env_kwargs={self.extra_env_kwargs!r}: expected a JSON "
+                             f"object of env constructor arguments")
         self.difficulty = tuple(self.difficulty)
         self.compact_prompts = self.compact_prompts or self.model == "tiny"
         if not self.out:
             self.out = f"runs/{self.env}-{self.workflow}-{self.algo}-s{self.seed}"
+        # The env's own config checks every argument the run will build it with (levels,
+        # agent counts, routes, prompts, extra_env_kwargs), here and not at step 1.
+        from srpo_agents.envs import env_kwargs
+
+        flags = {spec.agents_argument: "--n-agents", spec.turns_argument: "--max-turns",
+                 spec.levels_argument: "--difficulty"}
+        for split in ("train", "test"):
+            try:
+                spec.check_kwargs(env_kwargs(self, split))
+            except (ValueError, TypeError) as err:
+                hints = [f"{arg} takes {flag}" for arg, flag in flags.items()
+                         if arg and str(err).startswith(f"{arg}=")]
+                raise ValueError(f"{self.env} ({split} env): {err}"
+                                 + (f" ({'; '.join(hints)})" if hints else "")) from None
+
+    def _check_numbers(self) -> None:
+        if not (isinstance(self.lr, int | float) and 0 < self.lr < 1):
+            raise ValueError(f"lr={self.lr!r}: expected a learning rate in (0, 1)")
+        if not (isinstance(self.eps_low, int | float) and 0 < self.eps_low < 1):
+            raise ValueError(f"eps_low={self.eps_low!r}: expected a value in (0, 1) (the clip "
+                             f"range is [1 - eps_low, 1 + eps_high])")
+        if not (isinstance(self.eps_high, int | float) and self.eps_high > 0):
+            raise ValueError(f"eps_high={self.eps_high!r}: expected a value > 0 (the clip "
+                             f"range is [1 - eps_low, 1 + eps_high])")
+        for name, low in (("beta", 0.0), ("warmstart_target", 0.0)):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < low:
+                raise ValueError(f"{name}={value!r}: expected a finite number >= {low}")
+        for name in ("temperature", "max_grad_norm", "warmstart_minutes"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name}={value!r}: expected a finite number > 0")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed={self.seed!r}: expected an int >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

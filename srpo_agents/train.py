@@ -78,6 +78,13 @@ def _eval_indices(config: TrainConfig, envs: list) -> list[int]:
     return list(range(n))
 
 
+def check_data(config: TrainConfig) -> None:
+    """Build one train and one held-out env before anything else, so a bad dataset row or
+    corpus row (named by file and line) stops the run before its warm start."""
+    for split in ("train", "test"):
+        env_factory(config, split)(config.seed).close()
+
+
 def append_json_line(path: Path, row: dict) -> None:
     """One whole line per write, flushed to disk: a kill leaves the file without the row
     or with it, at worst with a torn last line that ``read_metrics_rows`` drops."""
@@ -267,6 +274,7 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     """Train and evaluate one run. ``before``: the starting policy's held-out result when
     it was already measured (``evaluate_start``); the run then skips that evaluation, so
     its sampling starts from the seed's first random number."""
+    check_data(config)
     run_dir = Path(config.out)
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

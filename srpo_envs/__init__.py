@@ -37,6 +37,7 @@ BUILTIN_SPECS = (
         agents_argument="n_solvers", turns_argument="max_rounds",
         levels_argument="difficulty", compact_prompts="srpo_envs.math_v0:COMPACT_PROMPTS",
         kwargs_function="srpo_envs.math_v0:run_kwargs",
+        config_class="srpo_envs.envs.math_env:MathEnvConfig",
         reference_team="srpo_envs.scripted:ScriptedMathTeam",
         benchmarks=_MATH_BENCHMARKS),
     EnvSpec(
@@ -48,6 +49,7 @@ BUILTIN_SPECS = (
         compact_prompts="srpo_envs.search_v0:COMPACT_PROMPTS",
         compact_kwargs={"top_k": 2, "max_passage_chars": 160},
         kwargs_function="srpo_envs.search_v0:run_kwargs",
+        config_class="srpo_envs.envs.search_env:SearchEnvConfig",
         reference_team="srpo_envs.scripted:search_reference_team",
         shared_attributes=("retriever",), tool_calls=True, benchmarks=_SEARCH_BENCHMARKS),
     # Built with srpo_envs.describe and the generic EnvSpec.kwargs: the tutorial's env
@@ -59,7 +61,8 @@ BUILTIN_SPECS = (
                     "(proposers), aggregator",
         agents_argument="n_proposers", levels_argument="levels",
         compact_prompts="srpo_envs.countdown_v0:COMPACT_PROMPTS",
-        reference_team="srpo_envs.scripted:ScriptedCountdownTeam"),
+        reference_team="srpo_envs.scripted:ScriptedCountdownTeam",
+        config_class="srpo_envs.envs.countdown_env:CountdownConfig"),
 )
 
 

@@ -96,6 +96,10 @@ class EnvSpec:
     benchmarks: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
     """Evaluation sets by name: (questions, corpus or None), relative to the data folder
     (``srpo eval --benchmarks``)."""
+    config_class: str | Callable[..., Any] | None = None
+    """``"module:Class"`` whose construction from the constructor arguments validates them
+    without building the env (no index, no dataset read), so a run checks its env
+    arguments up front (``check_kwargs``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -143,6 +147,27 @@ class EnvSpec:
             extend = _resolve(self.kwargs_function, f"{self.name}.kwargs_function")
             kwargs = extend(settings, kwargs)
         return kwargs
+
+    def check_kwargs(self, kwargs: Mapping[str, Any]) -> None:
+        """Validate constructor arguments through ``config_class`` (when the spec has one):
+        a bad value's error names the argument; an unknown argument is named with the
+        known ones."""
+        if self.config_class is None:
+            return
+        import dataclasses
+
+        config_class = _resolve(self.config_class, f"{self.name}.config_class")
+        known = ({f.name for f in dataclasses.fields(config_class)}
+                 if dataclasses.is_dataclass(config_class) else None)
+        values = {k: v for k, v in kwargs.items()
+                  if k not in ("seed", "render_mode", *self.shared_attributes)
+                  or (k in self.shared_attributes and isinstance(v, str))}
+        unknown = sorted(set(values) - known) if known is not None else []
+        if unknown:
+            raise ValueError(f"{self.name} has no argument {unknown[0]!r}"
+                             f"{_suggest(unknown[0], known)} (from extra_env_kwargs or a "
+                             f"flag); its arguments: {sorted(known)}")
+        config_class(**values)
 
     def team(self, skill: float, seed: int) -> Any:
         """The scripted team whose trajectories the tiny policy's warm start imitates."""

@@ -1,0 +1,80 @@
+"""Every flag and config field is checked up front: the error names the field, the value
+and what is allowed (issue 13's cases), before any warm start or training."""
+
+import json
+
+import pytest
+
+from srpo_agents.cli import main
+from srpo_agents.config import TrainConfig
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"group_size": -2}, r"group_size=-2: expected an int >= 1"),
+    ({"group_size": 1}, r"group_size=1: a relative advantage needs at least 2"),
+    ({"n_agents": 0}, r"n_agents=0: expected an int >= 1"),
+    ({"n_agents": 100}, r"n_solvers=100: expected an int in 1\.\.64 \(n_solvers takes "
+                        r"--n-agents\)"),
+    ({"workflow": "routed", "n_agents": 3, "extra_env_kwargs": {"default_route": "ROUTE: 5"}},
+     r"default_route='ROUTE: 5'.*K in 1\.\.3"),
+    ({"eps_low": 1.5}, r"eps_low=1.5: expected a value in \(0, 1\)"),
+    ({"eps_high": -0.1}, r"eps_high=-0.1: expected a value > 0"),
+    ({"lr": 0}, r"lr=0: expected a learning rate in \(0, 1\)"),
+    ({"temperature": 0.0}, r"temperature=0.0: expected a finite number > 0"),
+    ({"beta": float("nan")}, r"beta=nan: expected a finite number >= 0"),
+    ({"env": "SRPO-Serch-v0"}, r"env='SRPO-Serch-v0' is not registered \(did you mean "
+                               r"'SRPO-Search-v0'\?\)"),
+    ({"workflow": "solve_verfy"}, r"workflow='solve_verfy' is not a workflow of SRPO-Math-v0 "
+                                  r"\(did you mean 'solve_verify'\?\)"),
+    ({"difficulty": (9,)}, r"difficulty=\(9,\)"),
+    ({"extra_env_kwargs": {"n_solver": 2}}, r"no argument 'n_solver' \(did you mean "
+                                            r"'n_solvers'\?\)"),
+    ({"env": "SRPO-Search-v0", "retriever": "bm26"}, r"retriever='bm26': expected one of"),
+    ({"device": "gpu"}, r"device='gpu': expected cpu, cuda, cuda:N or mps"),
+    ({"algo": "ppo"}, r"algo='ppo': expected one of"),
+    ({"warmstart_skill": 2.0}, r"warmstart_skill=2.0: expected a probability"),
+])
+def test_bad_fields_are_named_with_what_is_allowed(fields, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**fields)
+
+
+def test_a_missing_dataset_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"eval_dataset='.*nope.jsonl': no such JSONL"):
+        TrainConfig(eval_dataset=str(tmp_path / "nope.jsonl"))
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_bad_rows_stop_srpo_train_before_the_warm_start(tmp_path, capsys):
+    questions = _jsonl(tmp_path / "q.jsonl", [{"question": "1+1?", "answer": "2"},
+                                              {"answer": "3"}])
+    out = tmp_path / "run"
+    assert main(["train", "--dataset", questions, "--out", str(out)]) == 2
+    assert "q.jsonl:2: field 'question' = None; expected a non-empty string" in (
+        capsys.readouterr().err)
+    assert not (out / "warmstart").exists()
+
+    good = _jsonl(tmp_path / "good.jsonl", [{"question": "Who?", "answer": "Ann"}])
+    corpus = _jsonl(tmp_path / "corpus.jsonl", [{"id": "a", "title": "A", "text": "Ann."},
+                                                {"id": "b", "title": "B"}])
+    assert main(["train", "--env", "SRPO-Search-v0", "--dataset", good, "--eval-dataset", good,
+                 "--corpus", corpus, "--out", str(out)]) == 2
+    assert "corpus.jsonl, line 2: missing field 'text'" in capsys.readouterr().err
+
+
+def test_cli_flags_of_eval_and_rollout_are_checked(tmp_path, capsys):
+    assert main(["rollout", "--checkpoint", str(tmp_path), "--out", "x.jsonl",
+                 "--group-size", "0"]) == 2
+    assert "group_size=0: expected an int >= 1" in capsys.readouterr().err
+    assert main(["eval", "--checkpoint", str(tmp_path), "--k", "0"]) == 2
+    assert "--k=0: expected an int >= 1" in capsys.readouterr().err
+    assert main(["rollout", "--checkpoint", str(tmp_path), "--out", "x.jsonl",
+                 "--tasks", "-1"]) == 2
+    assert "--tasks=-1: expected an int >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--steps", "many"])  # argparse: invalid int value
+    assert "argument --steps: invalid int value: 'many'" in capsys.readouterr().err
