@@ -10,9 +10,10 @@ Deliberate choices:
   special id. Tokenizing the three pieces separately can differ from tokenizing the
   rendered string at the two seams (a BPE merge across a template boundary); it does
   not matter, because the learner scores exactly the ids built here, never a re-encoding.
-  Added tokens that the tokenizer does not mark special (Qwen3's ``<think>``) are still
-  matched, as they would be in the model's own outputs; the envs neutralize such tags in
-  quoted text anyway (``srpo_envs.text.neutralize_control_tokens``).
+  Added tokens that the tokenizer does not mark special (Qwen3's ``<think>``,
+  ``<tool_call>``) are split too: where one appears in a prompt, its text is encoded in
+  two halves, so the prompt's ids hold no added-token id at all. (The envs also
+  neutralize such tags in quoted text: ``srpo_envs.text.neutralize_control_tokens``.)
 - **No system line.** The role is not injected: every env prompt already opens with the
   role's instructions ("You are a math verifier. ..."), so one shared policy gets its role
   conditioning from the prompt itself, and a template's default system message (Qwen2.5
@@ -67,14 +68,14 @@ class Policy:
         if not getattr(self.tokenizer, "chat_template", None):
             # The tokenizer's own BOS (if its post-processor adds one) still comes from
             # the tokenizer, never from the text.
-            return self.tokenizer(list(prompts), add_special_tokens=True,
+            rows = self.tokenizer(list(prompts), add_special_tokens=True,
                                   split_special_tokens=True)["input_ids"]
+            return [self._split_added(row) for row in rows]
         prefix, suffix = self._template_pieces()
         # The template writes its own BOS if it wants one, so none is added around it.
         head = self.tokenizer.encode(prefix, add_special_tokens=False)
         tail = self.tokenizer.encode(suffix, add_special_tokens=False)
-        bodies = self.tokenizer(list(prompts), add_special_tokens=False,
-                                split_special_tokens=True)["input_ids"]
+        bodies = self._data_ids(prompts)
         return [head + body + tail for body in bodies]
 
     def decode(self, response_ids: list[int]) -> str:
@@ -105,6 +106,42 @@ class Policy:
         return int(self.tokenizer.pad_token_id)
 
     # -- helpers ------------------------------------------------------------------
+    def _data_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids of texts that are data: no special and no added-token id."""
+        rows = self.tokenizer(list(texts), add_special_tokens=False,
+                              split_special_tokens=True)["input_ids"]
+        return [self._split_added(row) for row in rows]
+
+    def _split_added(self, ids: list[int], depth: int = 0) -> list[int]:
+        """``ids`` with every non-special added token re-encoded from its text in two
+        halves (neither half can match the whole token)."""
+        added = self._added_ids()
+        if not added or not added.intersection(ids):
+            return ids
+        out: list[int] = []
+        for token_id in ids:
+            if token_id not in added or depth > 8:
+                out.append(token_id)
+                continue
+            text = self.tokenizer.convert_ids_to_tokens(token_id)
+            text = self.tokenizer.convert_tokens_to_string([text])
+            half = max(1, len(text) // 2)
+            for piece in (text[:half], text[half:]):
+                piece_ids = self.tokenizer.encode(piece, add_special_tokens=False,
+                                                  split_special_tokens=True)
+                out += self._split_added(piece_ids, depth + 1)
+        return out
+
+    def _added_ids(self) -> frozenset[int]:
+        cached = getattr(self, "_added_cache", None)
+        if cached is None or cached[0] is not self.tokenizer:
+            decoder = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
+            ids = frozenset(int(i) for i, token in decoder.items()
+                            if not getattr(token, "special", True))
+            cached = (self.tokenizer, ids)
+            object.__setattr__(self, "_added_cache", cached)
+        return cached[1]
+
     def _template_pieces(self) -> tuple[str, str]:
         """The rendered chat template before and after the user content. Rendered per
         call (cheap next to generation) so a template edited after loading is honoured."""
