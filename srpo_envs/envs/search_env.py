@@ -42,7 +42,8 @@ empty query, is an invalid action: no search happens, the turn is used up, the h
 says so and ``info["invalid_agents"]`` names the agent (the defined penalty). Queries are
 clipped to ``max_query_chars``. A retriever failure (a remote server that is down or
 too slow) is reported inside the ``<information>`` block and in
-``info["retrieval_error"]``; the episode goes on.
+``info["retrieval_error"]``, with ``info["retrieval_errors"]`` counting the episode's
+failures so far; the episode goes on.
 
 ## Rewards
 ``reward_correct`` when the final answer matches any gold alias exactly after SQuAD
@@ -334,6 +335,7 @@ class SearchEnv(EventEnv):
         self._history: list[tuple[str, str]] = []  # (kind, text): kind "prompt" or "env"
         self._turn = 0
         self._tool_calls = 0
+        self._retrieval_errors = 0
         self._answer = ""
         self._route: Route | None = None
         self._route_failures = 0
@@ -391,7 +393,8 @@ class SearchEnv(EventEnv):
         try:
             results = self.retriever.search(list(queries.values()), self.config.top_k)
         except RetrievalError as err:
-            info["retrieval_error"] = str(err)
+            self._retrieval_errors += 1
+            info.update(retrieval_error=str(err), retrieval_errors=self._retrieval_errors)
             return {a: f"retrieval failed: {self._clean(str(err), 300)}" for a in queries}, info
         out = {}
         for agent, passages in zip(queries, results, strict=True):

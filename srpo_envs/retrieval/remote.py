@@ -19,7 +19,8 @@ Failure handling, so an env step can never hang on the network:
   answers are not retried: asking again would get the same answer.
 - Then ``RetrievalError`` naming the URL and the cause. Worst case for one ``search``:
   ``(retries + 1) * timeout`` plus the backoff sleeps.
-- Responses are capped (64 MiB) so a broken server cannot exhaust memory. The server's
+- Responses are capped (``max_response_bytes``, 64 MiB by default) so a broken server
+  cannot exhaust memory; a larger one is an error, not retried. The server's
   order is kept; lists longer than ``k`` are cut to ``k``. Only stdlib ``urllib``;
   proxies come from the usual environment variables, as for any urllib client.
 """
@@ -65,11 +66,15 @@ def normalize_url(url: str) -> str:
 
 class RemoteRetriever:
     def __init__(self, url: str, *, timeout: float = 10.0, retries: int = 2,
-                 backoff: float = 0.25) -> None:
+                 backoff: float = 0.25, max_response_bytes: int = _MAX_RESPONSE_BYTES) -> None:
         if not (math.isfinite(timeout) and timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
         if retries < 0 or not (math.isfinite(backoff) and backoff >= 0):
             raise ValueError(f"need retries >= 0 and backoff >= 0, got {retries}, {backoff}")
+        if not isinstance(max_response_bytes, int) or max_response_bytes < 1024:
+            raise ValueError(f"max_response_bytes must be an int >= 1024, got "
+                             f"{max_response_bytes!r}")
+        self.max_response_bytes = max_response_bytes
         self.url = normalize_url(url)
         self.timeout = float(timeout)
         self.retries = int(retries)
@@ -137,8 +142,8 @@ class RemoteRetriever:
                 # often even when the server sends a byte at a time.
                 while chunk := response.read1(1 << 16):
                     size += len(chunk)
-                    if size > _MAX_RESPONSE_BYTES:
-                        raise _Fatal(f"response larger than {_MAX_RESPONSE_BYTES} bytes")
+                    if size > self.max_response_bytes:
+                        raise _Fatal(f"response larger than {self.max_response_bytes} bytes")
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"response not complete within {self.timeout:g} s")
                     chunks.append(chunk)
