@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test lint install install-test clean
+.PHONY: demo test test-fast lint install install-test clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ lint: $(VENV)/.installed-test
 
 test: $(VENV)/.installed-test lint
 	$(PY) -m pytest
+
+# The quick loop while developing: everything but the tests marked slow.
+test-fast: $(VENV)/.installed-test lint
+	$(PY) -m pytest -m "not slow"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

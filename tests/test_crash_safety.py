@@ -16,6 +16,8 @@ import pytest
 
 from srpo_agents.checkpoint import CheckpointError, checkpoint_dirs, read_checkpoint
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4
 KILL_POINTS = ("generation@2", "update@2", "checkpoint@2")

@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow
 pytest.importorskip("trl", reason="the trl extra is not installed (pip install -e '.[trl]')")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
