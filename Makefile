@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e ".[test,trl]"
+	$(PY) -m pip install --quiet -e ".[test,trl,server]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -8,6 +8,7 @@
     srpo rollout --checkpoint runs/demo --env SRPO-Math-v0 --workflow parallel \\
                  --tasks 8 --group-size 4 --out episodes.jsonl
     srpo plot runs/a runs/b --metric accuracy --out curves.png
+    srpo serve-retriever --corpus corpus.jsonl --backend bm25 --port 8000
 
 Every ``TrainConfig`` field is a ``train`` flag. ``eval`` and ``rollout`` take a run
 directory (its ``policy/``, or its ``policy-<role>/`` folders after
@@ -187,6 +188,15 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve_retriever(args: argparse.Namespace) -> int:
+    from srpo_envs.retrieval.server import serve
+
+    serve(args.corpus, backend=args.backend, host=args.host, port=args.port,
+          cache_dir=args.cache_dir or None, max_queries=args.max_queries,
+          max_topk=args.max_topk)
+    return 0
+
+
 def cmd_envs(args: argparse.Namespace) -> int:
     from srpo_envs import registry
 
@@ -260,6 +270,22 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--labels", nargs="*", default=[],
                     help="one legend name per run (default: the directories' names)")
     pl.set_defaults(run=cmd_plot)
+    sr = commands.add_parser("serve-retriever",
+                             help="serve a corpus over HTTP with Search-R1's /retrieve "
+                                  "protocol (needs the server extra)")
+    sr.add_argument("--corpus", required=True, help="JSONL corpus (id, title, text)")
+    sr.add_argument("--backend", default="bm25", choices=["bm25", "rank_bm25", "dense"],
+                    help="retriever backend (default: %(default)s)")
+    sr.add_argument("--host", default="127.0.0.1",
+                    help="address to bind (default: %(default)s, this machine only)")
+    sr.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    sr.add_argument("--cache-dir", default="",
+                    help="index cache (default: $SRPO_CACHE_DIR or ~/.cache/srpo)")
+    sr.add_argument("--max-queries", type=int, default=1024,
+                    help="most queries per request (default: %(default)s)")
+    sr.add_argument("--max-topk", type=int, default=100,
+                    help="largest topk a request may ask (default: %(default)s)")
+    sr.set_defaults(run=cmd_serve_retriever)
     return parser
 
 

@@ -270,6 +270,7 @@ def test_shared_start_evaluation_matches_and_pairs_step_zero(tiny_dir, tmp_path)
     ["--env", "SRPO-Math-v0", "--workflow", "parallel", "--n-agents", "2"],
     ["--env", "SRPO-Search-v0", "--workflow", "single"],
 ])
+@pytest.mark.slow
 def test_cli_smoke_two_steps(tiny_dir, tmp_path, env_args):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "srpo_agents.cli", "train", *env_args, "--algo", "srpo",

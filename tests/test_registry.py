@@ -198,6 +198,7 @@ def _run(args, plugin_path, tmp_path, timeout=600):
                           capture_output=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_a_plugin_is_found_by_gym_srpo_envs_and_trains_two_steps(plugin_path, tmp_path):
     script = textwrap.dedent("""
         import gymnasium as gym, srpo_envs
@@ -248,7 +249,8 @@ def test_srpo_envs_lists_every_env_with_workflows_and_roles(capsys):
 def test_every_flag_of_every_command_has_help():
     parser = build_parser()
     commands = parser._subparsers._group_actions[0]
-    assert set(commands.choices) == {"train", "eval", "rollout", "envs", "plot"}
+    assert set(commands.choices) == {"train", "eval", "rollout", "envs", "plot",
+                                      "serve-retriever"}
     assert all(action.help for action in commands._choices_actions)
     for name, sub in commands.choices.items():
         for action in sub._actions:

@@ -1,0 +1,183 @@
+"""A retrieval server speaking Search-R1's ``/retrieve`` protocol (extra ``server``:
+FastAPI and uvicorn, as Search-R1's own server uses).
+
+    srpo serve-retriever --corpus data/corpus.jsonl --backend bm25 --port 8000
+    # envs: retriever="http://127.0.0.1:8000/retrieve"
+
+Endpoints:
+- ``POST /retrieve`` takes ``{"queries": [...], "topk": k, "return_scores": bool}``. It
+  returns ``{"result": [[{"document": {"id", "title", "text", "contents"}, "score": s},
+  ...], ...]}``, one list per query, best first; without ``return_scores`` each list
+  holds bare documents. ``contents`` is ``'"Title"\\ntext'``, as Search-R1's corpora have
+  it, so Search-R1 clients and ``srpo_envs.retrieval.remote`` both read it.
+- ``POST /batch_retrieve`` is the same, for clients that name the batch call apart.
+- ``GET /health`` returns ``{"status": "ok", "backend", "passages"}``.
+
+Limits, each answered with a status and a message instead of work: a body over
+``max_body_bytes`` gets 413; more than ``max_queries`` queries, a query over
+``max_query_chars``, or ``topk`` outside 1..``max_topk`` gets 422. The server binds to
+127.0.0.1 unless told otherwise, and logs one line per request (method, path, status,
+queries, milliseconds) to the ``srpo.retrieval.server`` logger.
+
+One retriever (index) serves every request. Searches run in a thread pool, and the
+backends' ``search`` is read-only, so concurrent requests are safe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from srpo_envs.retrieval.base import Passage, Retriever
+
+try:  # at module level: FastAPI resolves the handlers' (string) annotations here
+    from fastapi import FastAPI, Request
+    from fastapi.concurrency import run_in_threadpool
+    from fastapi.responses import JSONResponse
+except ImportError:  # the server extra is optional; build_app says how to install it
+    FastAPI = None
+
+LOG = logging.getLogger("srpo.retrieval.server")
+_INSTALL_HINT = "pip install 'srpo[server]' (FastAPI and uvicorn)"
+
+
+def _document(passage: Passage) -> dict[str, Any]:
+    return {"id": passage.id, "title": passage.title, "text": passage.text,
+            "contents": f'"{passage.title}"\n{passage.text}'}
+
+
+def build_app(retriever: Retriever, *, backend: str = "custom", passages: int | None = None,
+              max_queries: int = 1024, max_query_chars: int = 4096, max_topk: int = 100,
+              max_body_bytes: int = 4 << 20):
+    """The FastAPI app serving ``retriever``."""
+    if FastAPI is None:
+        raise ImportError(f"the retrieval server needs FastAPI: {_INSTALL_HINT}")
+
+    app = FastAPI(title="srpo retrieval server", docs_url=None, redoc_url=None)
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse(status_code=status, content={"detail": message})
+
+    @app.middleware("http")
+    async def log_requests(request: Request, call_next):
+        start = time.monotonic()
+        request.state.queries = 0
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
+            response = error(413, f"request body over {max_body_bytes} bytes")
+        else:
+            response = await call_next(request)
+        LOG.info("%s %s %d queries=%d %.1fms", request.method, request.url.path,
+                 response.status_code, request.state.queries,
+                 1000 * (time.monotonic() - start))
+        return response
+
+    async def retrieve(request: Request):
+        body = await request.body()
+        if len(body) > max_body_bytes:  # a chunked body has no content-length to check
+            return error(413, f"request body over {max_body_bytes} bytes")
+        try:
+            payload = json.loads(body)
+        except ValueError as err:
+            return error(422, f"body is not JSON: {err}")
+        if not isinstance(payload, dict):
+            return error(422, "body must be a JSON object with 'queries'")
+        queries, topk = payload.get("queries"), payload.get("topk", 3)
+        if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
+            return error(422, "'queries' must be a list of strings")
+        if len(queries) > max_queries:
+            return error(422, f"{len(queries)} queries; at most {max_queries} per request")
+        if any(len(q) > max_query_chars for q in queries):
+            return error(422, f"a query is longer than {max_query_chars} characters")
+        if isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= max_topk:
+            return error(422, f"'topk'={topk!r}: expected an int in 1..{max_topk}")
+        request.state.queries = len(queries)
+        results = await run_in_threadpool(retriever.search, queries, topk)
+        if payload.get("return_scores", False):
+            result = [[{"document": _document(p), "score": p.score} for p in hits]
+                      for hits in results]
+        else:
+            result = [[_document(p) for p in hits] for hits in results]
+        return {"result": result}
+
+    app.post("/retrieve")(retrieve)
+    app.post("/batch_retrieve")(retrieve)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "backend": backend, "passages": passages}
+
+    return app
+
+
+class RetrievalServer:
+    """uvicorn serving ``build_app`` in a background thread: ``start()`` returns once it
+    accepts connections, ``stop()`` shuts it down cleanly. ``port=0`` picks a free port."""
+
+    def __init__(self, retriever: Retriever, *, host: str = "127.0.0.1", port: int = 0,
+                 **app_kwargs: Any):
+        try:
+            import uvicorn
+        except ImportError as err:
+            raise ImportError(f"the retrieval server needs uvicorn: {_INSTALL_HINT}") from err
+        self.app = build_app(retriever, **app_kwargs)
+        self._server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port,
+                                                     log_level="warning", access_log=False,
+                                                     lifespan="off"))
+        self._thread: threading.Thread | None = None
+        self.host = host
+        self._port = port
+
+    @property
+    def port(self) -> int:
+        """The bound port (known once started; kept after ``stop``)."""
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/retrieve"
+
+    def start(self, timeout: float = 30.0) -> RetrievalServer:
+        self._thread = threading.Thread(target=self._server.run, name="srpo-retrieval-server",
+                                        daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the retrieval server did not start on "
+                                   f"{self.host}:{self._server.config.port}")
+            time.sleep(0.01)
+        self._port = int(self._server.servers[0].sockets[0].getsockname()[1])
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> RetrievalServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def serve(corpus: str | Path, backend: str = "bm25", host: str = "127.0.0.1",
+          port: int = 8000, cache_dir: str | Path | None = None, **app_kwargs: Any) -> None:
+    """Build the index of ``corpus`` and serve it until interrupted (``srpo
+    serve-retriever``)."""
+    import uvicorn
+
+    from srpo_envs.retrieval import load_corpus, make_retriever
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    loaded = load_corpus(corpus)
+    retriever = make_retriever(backend, loaded, cache_dir=cache_dir)
+    app = build_app(retriever, backend=backend, passages=len(loaded), **app_kwargs)
+    LOG.info("serving %d passages (%s) on http://%s:%d/retrieve", len(loaded), backend, host,
+             port)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
