@@ -51,6 +51,13 @@ class LearnerConfig:
     weight_decay: float = 0.0
     temperature: float = 1.0
     adv_eps: float = 1e-6
+    data_parallel: bool = False
+    """Shard each mini-batch by whole events over the ``torch.distributed`` ranks (gloo on
+    CPU, NCCL on GPUs; started by ``torchrun``) and sum the gradients across ranks before
+    the step. Every rank holds the whole batch and the same seed, so the mini-batches and
+    the global loss weights agree, and the summed gradient equals the one-process
+    gradient. The gradients are all-reduced by hand, as DDP would, because ranks may run
+    different numbers of micro-batches, where DDP's per-backward hooks would hang."""
 
     def __post_init__(self) -> None:
         checks = {"lr": self.lr > 0, "epochs": self.epochs >= 1,
@@ -223,6 +230,7 @@ class Learner:
         model = self.policy.model
         model.train()
         size = self.config.minibatch_units or len(units)
+        rank, world = _rank_and_world(self.config.data_parallel)
         grad_norms, sums, count, first_dev = [], {}, 0, None
         entropy_sum = entropy_count = 0.0
         for epoch in range(self.config.epochs):
@@ -230,7 +238,7 @@ class Learner:
                 self.optimizer.zero_grad(set_to_none=True)
                 total_units = len(batch)
                 total_tokens = sum(len(m.response_ids) for u in batch for m in u.members)
-                for micro in self._microbatches(batch):
+                for micro in self._microbatches(batch[rank::world]):
                     adv = torch.tensor([adv_by_unit[id(u)] for u in micro])
                     loss, metrics, tokens = self._loss(micro, adv, with_entropy=epoch == 0)
                     if "entropy" in metrics:
@@ -245,17 +253,53 @@ class Learner:
                         sums[key] = sums.get(key, 0.0) + value
                     sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) * weight
                     count += 1
+                if world > 1:
+                    _sum_gradients(model)
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
                                                       self.config.max_grad_norm)
                 grad_norms.append(float(norm))
                 faults.kill_point("update")  # fault-injection tests: a kill mid-update
                 self.optimizer.step()
         model.eval()
+        count = max(count, 1)  # a rank whose shards were all empty
         out = {k: v / count for k, v in sums.items()}
-        out["loss"] = sums["loss"] / len(grad_norms)
+        out["loss"] = sums.get("loss", 0.0) / len(grad_norms)
         norms = np.array(grad_norms)
         out.update(updates=len(grad_norms), grad_norm=float(norms.mean()),
                    grad_norm_cv=float(norms.std() / norms.mean()) if norms.mean() > 0 else 0.0,
-                   first_epoch_max_abs_log_ratio=float(first_dev),
+                   first_epoch_max_abs_log_ratio=float(first_dev or 0.0),
                    entropy=entropy_sum / max(entropy_count, 1.0))
         return out
+
+
+def _rank_and_world(data_parallel: bool) -> tuple[int, int]:
+    if not data_parallel:
+        return 0, 1
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("data_parallel=True needs torch.distributed initialized (run under "
+                           "torchrun and call srpo_agents.learner.init_data_parallel())")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _sum_gradients(model) -> None:
+    """Sum every parameter's gradient over the ranks (a rank without one adds zeros)."""
+    import torch.distributed as dist
+
+    for parameter in model.parameters():
+        if not parameter.requires_grad:
+            continue
+        if parameter.grad is None:
+            parameter.grad = torch.zeros_like(parameter)
+        dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
+
+
+def init_data_parallel() -> tuple[int, int]:
+    """Join the process group ``torchrun`` describes (gloo on CPU, NCCL with CUDA);
+    returns (rank, world size)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), dist.get_world_size()

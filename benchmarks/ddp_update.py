@@ -1,0 +1,153 @@
+"""One learner update, in one process or data-parallel under ``torchrun`` (gloo on CPU):
+the gradients and updated weights, and the update's time.
+
+    python benchmarks/ddp_update.py prepare --out runs/ddp --tasks 32 --group 4
+    python benchmarks/ddp_update.py update --data runs/ddp --out runs/ddp/one
+    torchrun --nproc_per_node 2 benchmarks/ddp_update.py update --data runs/ddp --out runs/ddp/two
+    python benchmarks/ddp_update.py compare runs/ddp/one runs/ddp/two
+
+``prepare`` builds a tiny policy and samples Countdown episodes with it (written with
+``srpo_agents.rollout_io``), plus their SRPO advantages. ``update`` runs one
+``Learner.update`` on them (``data_parallel`` when ``WORLD_SIZE`` > 1: each mini-batch is
+sharded by whole events and the gradients are summed over the ranks) and rank 0 writes
+the gradients, the updated weights and the seconds the update took. ``compare`` prints
+the largest differences and the time ratio. ``tests/test_distributed.py`` runs the same
+steps on a small batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def prepare(out: Path, tasks: int, group: int, seed: int = 0) -> None:
+    from srpo_agents.config import TrainConfig
+    from srpo_agents.envs import env_factory
+    from srpo_agents.events import build_units
+    from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+    from srpo_agents.rollout import RolloutEngine
+    from srpo_agents.rollout_io import write_rollouts
+    from srpo_agents.tiny import build_tiny_policy
+
+    out.mkdir(parents=True, exist_ok=True)
+    config = TrainConfig(env="SRPO-Countdown-v0", workflow="parallel", n_agents=3,
+                         max_new_tokens=12)
+    make = env_factory(config, "train")
+    envs = [make(seed + i) for i in range(tasks * group)]
+    texts = [envs[0].reset(options={"task_index": i})[0]["proposer_0"] for i in range(50)]
+    policy = build_tiny_policy(texts + ["0123456789+-*/() Final: P"], out / "policy",
+                               seed=seed)
+    engine = RolloutEngine(policy, max_new_tokens=12, seed=seed)
+    options = [{"task_index": t, "episode_id": f"t{t}-g{g}"}
+               for t in range(tasks) for g in range(group)]
+    rollouts = engine.run(envs, options)
+    write_rollouts(rollouts, out / "rollouts.jsonl")
+    algorithm = ALGORITHMS["srpo"]
+    units, _ = build_units(rollouts, algorithm.unit)
+    advantages = ADVANTAGE_ESTIMATORS[algorithm.advantage]([u.info for u in units])
+    # a spread so the update has a gradient even when the tiny policy's groups all tie
+    advantages = advantages + np.linspace(-1.0, 1.0, len(units))
+    np.save(out / "advantages.npy", advantages)
+    print(f"prepared {len(rollouts)} episodes, {len(units)} events in {out}")
+
+
+def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int) -> None:
+    from safetensors.torch import save_file
+
+    from srpo_agents.events import build_units
+    from srpo_agents.learner import Learner, LearnerConfig, init_data_parallel
+    from srpo_agents.objective import ALGORITHMS
+    from srpo_agents.policy import load_policy
+    from srpo_agents.rollout_io import read_rollouts
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = init_data_parallel()[0] if world > 1 else 0
+    torch.manual_seed(0)
+    policy = load_policy(str(data / "policy"))
+    algorithm = ALGORITHMS["srpo"]
+    units, _ = build_units(read_rollouts(data / "rollouts.jsonl"), algorithm.unit)
+    advantages = np.load(data / "advantages.npy")
+    learner = Learner(policy, algorithm,
+                      LearnerConfig(lr=1e-3, minibatch_units=minibatch_units,
+                                    microbatch_rows=microbatch_rows, max_grad_norm=1e9,
+                                    data_parallel=world > 1), seed=0)
+    grads: dict[str, torch.Tensor] = {}
+    step = learner.optimizer.step
+
+    def recording_step(*args, **kwargs):
+        for name, parameter in policy.model.named_parameters():
+            if parameter.grad is not None:
+                grads[name] = grads.get(name, 0) + parameter.grad.detach().clone()
+        return step(*args, **kwargs)
+
+    learner.optimizer.step = recording_step
+    start = time.perf_counter()
+    metrics = learner.update(units, advantages)
+    seconds = time.perf_counter() - start
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        save_file({f"grad/{k}": v.contiguous() for k, v in grads.items()}
+                  | {f"weight/{k}": v.detach().clone().contiguous()
+                     for k, v in policy.model.named_parameters()},
+                  str(out / "result.safetensors"))
+        (out / "result.json").write_text(json.dumps(
+            {"world": world, "seconds": seconds, "units": len(units),
+             "updates": metrics["updates"], "threads": torch.get_num_threads()}))
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
+def compare(one: Path, two: Path) -> dict:
+    from safetensors.torch import load_file
+
+    a, b = load_file(str(one / "result.safetensors")), load_file(str(two / "result.safetensors"))
+    assert set(a) == set(b), "the runs saved different tensors"
+    worst = {kind: max(float((a[k] - b[k]).abs().max()) for k in a if k.startswith(kind))
+             for kind in ("grad/", "weight/")}
+    scale = max(float(a[k].abs().max()) for k in a if k.startswith("grad/"))
+    ta, tb = (json.loads((d / "result.json").read_text()) for d in (one, two))
+    result = {"max_grad_difference": worst["grad/"], "max_grad": scale,
+              "max_weight_difference": worst["weight/"],
+              "seconds": {f"{ta['world']} process(es)": ta["seconds"],
+                          f"{tb['world']} process(es)": tb["seconds"]},
+              "ratio": tb["seconds"] / ta["seconds"], "units": ta["units"]}
+    print(json.dumps(result, indent=2))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("prepare", help="tiny policy, sampled episodes, advantages")
+    p.add_argument("--out", required=True)
+    p.add_argument("--tasks", type=int, default=32)
+    p.add_argument("--group", type=int, default=4)
+    u = commands.add_parser("update", help="one update (data-parallel under torchrun)")
+    u.add_argument("--data", required=True)
+    u.add_argument("--out", required=True)
+    u.add_argument("--minibatch-units", type=int, default=0)
+    u.add_argument("--microbatch-rows", type=int, default=16)
+    c = commands.add_parser("compare", help="differences and time ratio of two updates")
+    c.add_argument("one")
+    c.add_argument("two")
+    args = parser.parse_args()
+    if args.command == "prepare":
+        prepare(Path(args.out), args.tasks, args.group)
+    elif args.command == "update":
+        update(Path(args.data), Path(args.out), args.minibatch_units, args.microbatch_rows)
+    else:
+        compare(Path(args.one), Path(args.two))
+
+
+if __name__ == "__main__":
+    main()
