@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e ".[test,trl,server]"
+	$(PY) -m pip install --quiet -e ".[test,trl,server,ray]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
                "warmstart_steps", "warmstart_skill", "warmstart_decay", "dynamic_sampling",
                "group_size", "tasks_per_step", "algo", "microbatch_rows", "advantage",
                "per_role_policies", "warmstart_dir", "warmstart_first_roles",
-               "warmstart_first_steps"}
+               "warmstart_first_steps", "rollout_workers", "ray_address", "tensorboard"}
     add_config_flags(ev, skip=ev_skip)
     ev.set_defaults(run=cmd_eval)
     ro = commands.add_parser(

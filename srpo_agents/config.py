@@ -127,6 +127,12 @@ class TrainConfig:
     whose every prompt character is a token)."""
     backend: str = "hf"
     """Rollout backend: hf or vllm."""
+    rollout_workers: int = 0
+    """Training rollouts on this many Ray actors (extra ray; srpo_agents.ray_rollout); 0
+    plays them in this process and imports nothing of Ray."""
+    ray_address: str = ""
+    """Join this Ray cluster (host:port of `ray start --head`) instead of starting a local
+    Ray instance; only with --rollout-workers."""
     device: str = "cpu"
     """Torch device of the policy: cpu, cuda or cuda:N."""
     seed: int = 0
@@ -165,8 +171,13 @@ class TrainConfig:
         if not 0.0 <= self.warmstart_skill <= 1.0:
             raise ValueError(f"warmstart_skill={self.warmstart_skill!r}: expected a "
                              f"probability in [0, 1]")
+        if self.ray_address and not self.rollout_workers:
+            raise ValueError(f"ray_address={self.ray_address!r} needs rollout_workers >= 1")
+        if self.rollout_workers and self.per_role_policies:
+            raise ValueError("rollout_workers with per_role_policies is not supported: the "
+                             "workers play one shared policy")
         for name in ("steps", "eval_every", "save_every", "minibatch_units", "warmstart_steps",
-                     "warmstart_first_steps", "curve_tasks"):
+                     "warmstart_first_steps", "curve_tasks", "rollout_workers"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}={value!r}: expected an int >= 0")

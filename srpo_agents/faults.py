@@ -13,6 +13,9 @@ import signal
 _TARGET = os.environ.get("SRPO_KILL_AT", "")
 step: int | None = None
 """The training step now running (set by the training loop; None outside it)."""
+scope = ""
+"""Prefix of this process's targets: ``"worker0:"`` in a Ray rollout worker, so that
+``SRPO_KILL_AT=worker0:generation@1`` kills that worker alone."""
 
 
 def at_step(value: int | None) -> None:
@@ -21,5 +24,5 @@ def at_step(value: int | None) -> None:
 
 
 def kill_point(name: str) -> None:
-    if _TARGET and step is not None and _TARGET == f"{name}@{step}":
+    if _TARGET and step is not None and _TARGET == f"{scope}{name}@{step}":
         os.kill(os.getpid(), signal.SIGKILL)

@@ -52,25 +52,38 @@ def write_rollouts(rollouts: Iterable[Rollout], path: str | Path) -> int:
     return rows
 
 
+def rollouts_from_rows(rows: Iterable[tuple[dict, str]]) -> list[Rollout]:
+    """The episodes of ``(row, where)`` pairs as ``rollout_rows`` wrote them, in order; a
+    row that is not such a record is an error naming ``where``."""
+    episodes: dict[str, Rollout] = {}
+    for row, where in rows:
+        try:
+            transition = Transition.from_dict(row["transition"])
+            samples = {agent: Sample(episode_id=transition.episode_id,
+                                     step_index=transition.step_index, agent_id=agent,
+                                     **{name: fields[name] for name in _SAMPLE_FIELDS})
+                       for agent, fields in row["samples"].items()}
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{where}: not a rollout row ({err!r})") from None
+        episode = episodes.setdefault(transition.episode_id, Rollout(
+            episode_id=transition.episode_id, task_id=transition.task_id, transitions=[]))
+        episode.transitions.append(transition)
+        episode.samples.update({(transition.step_index, a): s for a, s in samples.items()})
+    return list(episodes.values())
+
+
 def read_rollouts(path: str | Path) -> list[Rollout]:
     """The episodes of a file written by ``write_rollouts``, in file order. A row that is
     not such a record is an error naming the file and line."""
-    episodes: dict[str, Rollout] = {}
-    with Path(path).open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                transition = Transition.from_dict(row["transition"])
-                samples = {agent: Sample(episode_id=transition.episode_id,
-                                         step_index=transition.step_index, agent_id=agent,
-                                         **{name: fields[name] for name in _SAMPLE_FIELDS})
-                           for agent, fields in row["samples"].items()}
-            except (ValueError, KeyError, TypeError) as err:
-                raise ValueError(f"{path}:{number}: not a rollout row ({err!r})") from None
-            episode = episodes.setdefault(transition.episode_id, Rollout(
-                episode_id=transition.episode_id, task_id=transition.task_id, transitions=[]))
-            episode.transitions.append(transition)
-            episode.samples.update({(transition.step_index, a): s for a, s in samples.items()})
-    return list(episodes.values())
+    def rows():
+        with Path(path).open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                    except ValueError as err:
+                        raise ValueError(f"{path}:{number}: not a rollout row ({err!r})") \
+                            from None
+                    yield row, f"{path}:{number}"
+
+    return rollouts_from_rows(rows())

@@ -293,6 +293,12 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
                                       f"{policy.name}#{role}")
                          for role in sorted(set(train_envs[0].roles.values()))}
     engine = make_engine(config, policy, role_policies)
+    rollout = engine  # what plays the training episodes: this process or Ray workers
+    if config.rollout_workers:
+        from srpo_agents.ray_rollout import RayRolloutEngine
+
+        rollout = RayRolloutEngine(config, policy, config.rollout_workers,
+                                   address=config.ray_address)
     learner_config = LearnerConfig(
         lr=config.lr, epochs=config.epochs, minibatch_units=config.minibatch_units,
         microbatch_rows=config.microbatch_rows, eps_low=config.eps_low,
@@ -311,7 +317,7 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         payload = load_checkpoint(run_dir, policies=policies, optimizers=optimizers,
                                   generators=generators, log=log)
         start_step, before = payload["step"], payload["extra"].get("before") or before
-        engine.policy_version = start_step
+        engine.policy_version = rollout.policy_version = start_step
         # rows of the steps to be replayed go, and so does a line torn by a kill
         kept = [row for row in read_metrics_rows(metrics_path) if row["step"] < start_step]
         write_json_lines_atomic(metrics_path, kept)
@@ -350,8 +356,13 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         tasks = [task_rng.randrange(n_train or 2**31) for _ in range(config.tasks_per_step)]
         options = [{"task_index": t, "episode_id": f"s{step}-t{i}-g{g}"}
                    for i, t in enumerate(tasks) for g in range(config.group_size)]
-        rollouts, stats, update = train_step(engine, train_envs, options, algorithm, estimator,
+        lost_before = getattr(rollout, "lost_episodes", 0)
+        rollouts, stats, update = train_step(rollout, train_envs, options, algorithm, estimator,
                                              learners, config.dynamic_sampling)
+        if rollout is not engine:  # the evaluations' engine follows the updated weights
+            engine.policy_version = rollout.policy_version
+            update.update(episodes_lost=rollout.lost_episodes - lost_before,
+                          worker_restarts=rollout.worker_restarts)
         updates_total += update.get("updates", 0)
         row = _step_metrics(rollouts, stats, update, step, time.monotonic() - tick)
         row["updates_total"] = updates_total
@@ -375,6 +386,8 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
                             config=config.to_dict(), generators=generators,
                             extra={"before": before})
     faults.at_step(None)
+    if rollout is not engine:
+        rollout.shutdown()
     after, spent = timed_eval("after")
     eval_seconds["before_after"] += spent
     if board is not None:

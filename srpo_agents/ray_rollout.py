@@ -1,0 +1,181 @@
+"""Rollouts on Ray actors (``srpo train --rollout-workers N``; extra ``ray``).
+
+Each worker is a Ray actor that owns its env instances and a generation backend (the
+run's ``RolloutEngine``). Every training step the learner sends each worker whole tasks
+(all G episodes of a task go to one worker, so an advantage group is never split). When
+the weights changed since a worker last saw them, they go to it once per update through
+the object store (``ray.put`` of the state dict). Workers return the episodes' Transitions
+with their token rows (``srpo_agents.rollout_io`` rows), and the learner forms events
+from them as from in-process rollouts, so batching stays event-atomic.
+
+Failures: a worker that dies or does not answer within ``step_timeout`` seconds is
+killed and replaced with the current weights. Its episodes of that step are dropped
+whole and counted (``lost_episodes``, ``worker_restarts``), never half-used.
+
+``--ray-address`` joins an existing cluster (``ray start --head`` on one machine, ``ray
+start --address=HEAD:6379`` on the others). Without it a local Ray instance is started.
+With 0 workers nothing of Ray is imported.
+
+Determinism: one worker, seeded as the in-process engine and given the same episodes in
+the same order, samples exactly what the in-process engine would. With several workers
+each samples from its own generator (seed + worker index) over its own batch, so the
+samples differ from an in-process run's while following the same distribution. The
+workers' generator states are not in checkpoints, so ``--resume`` with workers is not
+bit-exact.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from typing import Any
+
+from srpo_agents.rollout_io import rollout_rows, rollouts_from_rows
+
+
+class _Worker:
+    """One rollout worker (wrapped as a Ray actor by ``RayRolloutEngine``)."""
+
+    def __init__(self, index: int, config: dict, policy, pool_size: int):
+        import torch
+
+        from srpo_agents import faults
+        from srpo_agents.config import TrainConfig
+        from srpo_agents.envs import env_factory
+        from srpo_agents.rollout import RolloutEngine
+
+        torch.set_num_threads(1)
+        faults.scope = f"worker{index}:"
+        self.config = TrainConfig(**config)
+        self.policy = policy
+        self.engine = RolloutEngine(policy, max_new_tokens=self.config.max_new_tokens,
+                                    temperature=self.config.temperature,
+                                    backend=self.config.backend,
+                                    seed=self.config.seed + index)
+        make = env_factory(self.config, "train", policy.count_tokens)
+        self.envs = [make(self.config.seed * 1_000_003 + index * 100_003 + i)
+                     for i in range(pool_size)]
+
+    def run(self, version: int, step: int, weights, options: list[dict]):
+        from srpo_agents import faults
+
+        if weights is not None:
+            self.policy.model.load_state_dict(weights)
+        self.engine.policy_version = version
+        faults.at_step(step)
+        while len(self.envs) < len(options):  # a replacement may get a larger share
+            self.envs.append(copy.deepcopy(self.envs[0]))
+        spent = dict(self.engine.seconds)
+        rollouts = self.engine.run(self.envs[:len(options)], options)
+        rows = [row for rollout in rollouts for row in rollout_rows(rollout)]
+        return rows, {k: self.engine.seconds[k] - spent[k] for k in spent}
+
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+
+class RayRolloutEngine:
+    """The ``RolloutEngine`` interface ``train_step`` uses (``run``, ``seconds``,
+    ``policy_version``), played by ``workers`` Ray actors."""
+
+    def __init__(self, config, policy, workers: int, *, address: str = "",
+                 worker_cpus: float = 0.5, step_timeout: float = 600.0, spread: bool = False):
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        import ray
+
+        if workers < 1:
+            raise ValueError(f"rollout_workers={workers!r}: expected >= 1 (0 runs rollouts "
+                             f"in process)")
+        if not ray.is_initialized():
+            ray.init(address=address or None, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        self._ray = ray
+        self.config = config
+        self.policy = policy
+        self.policy_version = 0
+        self.seconds = {"generation": 0.0, "env": 0.0}
+        self.lost_episodes = 0
+        self.worker_restarts = 0
+        self.step_timeout = step_timeout
+        options = {"num_cpus": worker_cpus, "max_restarts": 0}
+        if spread:
+            options["scheduling_strategy"] = "SPREAD"
+        self._actor = ray.remote(**options)(_Worker)
+        self._config = config.to_dict()
+        self._pool = config.tasks_per_step * config.group_size // workers + config.group_size
+        self._policy_ref = ray.put(_cpu_copy(policy))
+        self.workers = [self._spawn(i) for i in range(workers)]
+        self._seen = [0] * workers  # the weights version each worker holds
+        self._weights: tuple[int, Any] | None = None
+
+    def _spawn(self, index: int):
+        return self._actor.remote(index, self._config, self._policy_ref, self._pool)
+
+    def _weights_ref(self):
+        if self._weights is None or self._weights[0] != self.policy_version:
+            state = {k: v.detach().cpu() for k, v in self.policy.model.state_dict().items()}
+            self._weights = (self.policy_version, self._ray.put(state))
+        return self._weights[1]
+
+    def run(self, envs, options: list[dict]) -> list:
+        """Play ``options`` (``envs`` is ignored: the workers own theirs). Episodes of a
+        worker that fails are dropped whole and counted."""
+        from srpo_agents import faults
+
+        ray = self._ray
+        tasks: dict[Any, list[dict]] = {}
+        for option in options:
+            tasks.setdefault(option.get("task_index"), []).append(option)
+        shares: list[list[dict]] = [[] for _ in self.workers]
+        for i, group in enumerate(tasks.values()):
+            shares[i % len(self.workers)].extend(group)
+        weights = self._weights_ref() if self.policy_version else None
+        futures = {}
+        for i, share in enumerate(shares):
+            if share:
+                send = weights if self._seen[i] != self.policy_version else None
+                futures[i] = self.workers[i].run.remote(self.policy_version, faults.step,
+                                                        send, share)
+        rows_by_worker: dict[int, list[dict]] = {}
+        deadline = time.monotonic() + self.step_timeout
+        for i, future in futures.items():
+            try:
+                rows, seconds = ray.get(future, timeout=max(1.0, deadline - time.monotonic()))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError,
+                    ray.exceptions.RayTaskError) as err:
+                self._replace(i, err)
+                self.lost_episodes += len(shares[i])
+                continue
+            self._seen[i] = self.policy_version
+            rows_by_worker[i] = rows
+            for key, value in seconds.items():
+                self.seconds[key] = self.seconds.get(key, 0.0) + value
+        rollouts = rollouts_from_rows(
+            (row, f"worker {i}") for i in sorted(rows_by_worker) for row in rows_by_worker[i])
+        order = {option["episode_id"]: n for n, option in enumerate(options)}
+        return sorted(rollouts, key=lambda r: order.get(r.episode_id, len(order)))
+
+    def _replace(self, index: int, error: BaseException | None = None) -> None:
+        self._ray.kill(self.workers[index], no_restart=True)
+        self.workers[index] = self._spawn(index)
+        self._seen[index] = 0  # the new worker holds the starting weights (version 0)
+        self.worker_restarts += 1
+
+    def node_ids(self) -> list[str]:
+        return self._ray.get([w.node_id.remote() for w in self.workers])
+
+    def shutdown(self) -> None:
+        for worker in self.workers:
+            self._ray.kill(worker, no_restart=True)
+        self.workers = []
+
+
+def _cpu_copy(policy):
+    """A copy of ``policy`` on the CPU to ship to the workers."""
+    from srpo_agents.policy import Policy
+
+    model = copy.deepcopy(policy.model).to("cpu")
+    return Policy(model=model, tokenizer=policy.tokenizer, name=policy.name)

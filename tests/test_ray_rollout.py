@@ -1,0 +1,108 @@
+"""Rollouts on Ray actors (extra ``ray``): one worker reproduces the in-process run
+exactly, two workers train, a worker killed mid-rollout is replaced and its episodes are
+dropped whole and counted, and workers spread over a two-node cluster on this host.
+Everything Ray writes stays under the test's temporary folder."""
+
+import json
+import os
+import tempfile
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+
+from srpo_agents.config import TrainConfig  # noqa: E402
+from srpo_agents.train import train  # noqa: E402
+
+pytestmark = pytest.mark.slow
+BASE = dict(env="SRPO-Countdown-v0", workflow="parallel", n_agents=2, group_size=2,
+            tasks_per_step=4, eval_tasks=4, eval_k=2, max_new_tokens=6, lr=1e-3,
+            warmstart_steps=2, warmstart_target=1.0, save_every=0)
+
+
+def _start(**kwargs):
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    # a short path: Ray's sockets live there and a Unix socket path is limited to ~107 bytes
+    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False,
+             _temp_dir=tempfile.mkdtemp(prefix="srpo-ray-", dir="/tmp"), **kwargs)
+
+
+@pytest.fixture
+def local_ray():
+    _start(num_cpus=2)
+    yield
+    ray.shutdown()
+
+
+def _rows(run):
+    return [{k: v for k, v in json.loads(line).items() if not k.endswith("seconds")}
+            for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_one_worker_reproduces_the_in_process_run(local_ray, tmp_path):
+    warm = str(tmp_path / "warm")
+    straight = train(TrainConfig(**BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "a")),
+                     log=lambda *_: None)
+    # the same start (the before evaluation shared), so both samplers start fresh alike
+    train(TrainConfig(**BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "a2")),
+          log=lambda *_: None, before=straight["before"])
+    train(TrainConfig(**BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "b"),
+                      rollout_workers=1), log=lambda *_: None, before=straight["before"])
+    in_process, workers = _rows(tmp_path / "a2"), _rows(tmp_path / "b")
+    assert [r["episodes_lost"] for r in workers] == [0, 0]
+    assert [{k: v for k, v in r.items() if k not in ("episodes_lost", "worker_restarts")}
+            for r in workers] == in_process
+
+
+def test_two_workers_train_and_a_killed_worker_is_replaced(tmp_path):
+    os.environ["SRPO_KILL_AT"] = "worker0:generation@1"  # inherited by the workers
+    try:
+        _start(num_cpus=2)
+        train(TrainConfig(**BASE, steps=3, warmstart_dir=str(tmp_path / "warm"),
+                          out=str(tmp_path / "run"), rollout_workers=2), log=lambda *_: None)
+    finally:
+        ray.shutdown()
+        del os.environ["SRPO_KILL_AT"]
+    rows = _rows(tmp_path / "run")
+    episodes = BASE["tasks_per_step"] * BASE["group_size"]  # 8, two events each
+    # worker 0 held tasks 0 and 2 (4 episodes): killed mid-generation at step 1
+    assert [r["episodes_lost"] for r in rows] == [0, 4, 0]
+    assert [r["worker_restarts"] for r in rows] == [0, 1, 1]
+    assert [r["events"] for r in rows] == [2 * episodes, 2 * (episodes - 4), 2 * episodes]
+    assert all(r["updates"] >= 1 and r["events_dropped"] == 0 for r in rows)
+
+
+def test_workers_spread_over_a_two_node_cluster(tmp_path):
+    from ray.cluster_utils import Cluster
+
+    from srpo_agents.envs import env_factory
+    from srpo_agents.ray_rollout import RayRolloutEngine
+    from srpo_agents.tiny import build_tiny_policy
+
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    root = tempfile.mkdtemp(prefix="srpo-ray-", dir="/tmp")
+    os.environ["RAY_TMPDIR"] = root  # Ray's own files (the cluster address) go here too
+    os.makedirs(os.path.join(root, "ray"))
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "include_dashboard": False, "temp_dir": root})
+    cluster.add_node(num_cpus=1)
+    try:
+        ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+        config = TrainConfig(**BASE, steps=1, out=str(tmp_path / "run"), rollout_workers=2,
+                             ray_address=cluster.address)
+        env = env_factory(config, "train")(0)
+        policy = build_tiny_policy([env.reset()[0]["proposer_0"], "0123456789+-*/()"],
+                                   tmp_path / "tiny", hidden_size=32, num_layers=1,
+                                   num_heads=2)
+        engine = RayRolloutEngine(config, policy, 2, address=cluster.address, spread=True)
+        assert len(set(engine.node_ids())) == 2  # one worker on each node
+        options = [{"task_index": t, "episode_id": f"t{t}-g{g}"} for t in range(4)
+                   for g in range(2)]
+        rollouts = engine.run(None, options)
+        assert [r.episode_id for r in rollouts] == [o["episode_id"] for o in options]
+        assert all(len(r.transitions) == 2 and r.samples for r in rollouts)
+        engine.shutdown()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        del os.environ["RAY_TMPDIR"]
