@@ -116,7 +116,7 @@ def _check_positive(args: argparse.Namespace, *names: str) -> None:
 
 def load_engine(args: argparse.Namespace, **overrides):
     """The config and rollout engine of ``--checkpoint`` with the command's flags."""
-    from srpo_agents.policy import load_policy
+    from srpo_agents.policy import load_policy, resolve_device, resolve_dtype
     from srpo_agents.train import make_engine
 
     source = Path(args.checkpoint)
@@ -130,8 +130,11 @@ def load_engine(args: argparse.Namespace, **overrides):
     location = str(model_path) if model_path.exists() else args.checkpoint
     tiny = (model_path / "tokenizer.json").is_file() and _is_tiny(model_path)
     config = config_from_args(args, model="tiny" if tiny else location, **overrides)
-    policy = load_policy(location, device=config.device)
-    role_policies = {d.name.removeprefix("policy-"): load_policy(str(d), device=config.device)
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    policy = load_policy(location, device=device, dtype=dtype)
+    role_policies = {d.name.removeprefix("policy-"): load_policy(str(d), device=device,
+                                                                 dtype=dtype)
                      for d in role_dirs if not (source / "policy").is_dir()}
     return config, make_engine(config, policy, role_policies)
 

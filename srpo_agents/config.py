@@ -13,7 +13,7 @@ from srpo_envs import registry
 from srpo_envs.routing import check_cost
 
 RETRIEVERS = ("bm25", "rank_bm25", "dense")
-_DEVICE = re.compile(r"cpu|mps|cuda(:\d+)?")
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
 @dataclass
@@ -133,8 +133,12 @@ class TrainConfig:
     ray_address: str = ""
     """Join this Ray cluster (host:port of `ray start --head`) instead of starting a local
     Ray instance; only with --rollout-workers."""
-    device: str = "cpu"
-    """Torch device of the policy: cpu, cuda or cuda:N."""
+    device: str = "auto"
+    """Torch device of the policy: auto (CUDA when a GPU is present, else the CPU), cpu,
+    cuda, cuda:N or mps."""
+    dtype: str = "auto"
+    """Weights' dtype: auto (bfloat16 on CUDA, float32 elsewhere), float32, bfloat16 or
+    float16."""
     seed: int = 0
     """Seeds the warm start, task draws, sampling and the update."""
     out: str = ""
@@ -202,7 +206,10 @@ class TrainConfig:
             raise ValueError(f"model={self.model!r}: expected 'tiny', a Hugging Face model "
                              f"name or a local path")
         if not _DEVICE.fullmatch(str(self.device)):
-            raise ValueError(f"device={self.device!r}: expected cpu, cuda, cuda:N or mps")
+            raise ValueError(f"device={self.device!r}: expected auto, cpu, cuda, cuda:N or mps")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype={self.dtype!r}: expected auto, float32, bfloat16 or "
+                             f"float16")
         if spec.tool_calls and not (self.retriever in RETRIEVERS or str(
                 self.retriever).startswith(("http://", "https://"))):
             raise ValueError(f"retriever={self.retriever!r}: expected one of {RETRIEVERS} "

@@ -154,6 +154,37 @@ class Policy:
         prefix, suffix = rendered.split(_SENTINEL)
         return prefix, suffix
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"``: CUDA when a GPU is present, else the CPU; anything else as given."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """``"auto"``: bfloat16 on CUDA (the weights, the optimizer state and the sampler all
+    run in it), float32 elsewhere; or the named dtype."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r}: expected one of {DTYPES}")
+    if dtype == "auto":
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    return getattr(torch, dtype)
+
+
+def place(policy: Policy, device: str, dtype: str = "auto") -> Policy:
+    """Move ``policy`` to ``device`` (``"auto"`` resolved) in ``dtype``."""
+    device = resolve_device(device)
+    policy.model.to(device=device, dtype=resolve_dtype(dtype, device))
+    return policy
+
+
 def load_policy(name_or_path: str, *, device: str = "cpu",
                 dtype: torch.dtype | str | None = None) -> Policy:
     """Load any Hugging Face causal LM and its tokenizer by hub name or local path.

@@ -45,18 +45,21 @@ from srpo_agents.evaluate import episode_correct, eval_pool, evaluate, paired_di
 from srpo_agents.events import build_units
 from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
-from srpo_agents.policy import Policy, load_policy
+from srpo_agents.policy import Policy, load_policy, place, resolve_device, resolve_dtype
 from srpo_agents.rollout import RolloutEngine
 from srpo_agents.routing_stats import plot_routing, routing_summary
 from srpo_envs.retrieval.cache import atomic_write
 
 
 def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dict]:
+    device = resolve_device(config.device)
     if config.model != "tiny":
-        return load_policy(config.model, device=config.device), {}
+        return load_policy(config.model, device=device,
+                           dtype=resolve_dtype(config.dtype, device)), {}
     from srpo_agents.warmstart import DECAY_WARMUP, warm_start
 
-    return warm_start(Path(config.warmstart_dir or run_dir), env_factory(config, "train"),
+    # The warm start runs on the CPU (a 1M-parameter model); the policy then moves.
+    policy, meta = warm_start(Path(config.warmstart_dir or run_dir), env_factory(config, "train"),
                       env_factory(config, "test"),
                       minutes=config.warmstart_minutes, target=config.warmstart_target,
                       steps=config.warmstart_steps, skill=config.warmstart_skill,
@@ -66,6 +69,7 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
                       first_steps=config.warmstart_first_steps,
                       seed=config.seed, max_new_tokens=config.max_new_tokens,
                       env_name=config.env, log=log)
+    return place(policy, device, config.dtype), meta
 
 
 def _task_count(envs: list) -> int | None:
