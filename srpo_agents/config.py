@@ -127,6 +127,11 @@ class TrainConfig:
     whose every prompt character is a token)."""
     backend: str = "hf"
     """Rollout backend: hf or vllm."""
+    data_parallel: bool = False
+    """Run under torchrun (gloo on CPU, NCCL on GPUs): every rank plays its share of each
+    step's tasks, the episodes are gathered, and the update shards events over the ranks
+    and sums their gradients, so all ranks hold the same weights. Rank 0 writes --out;
+    rank r writes --out/rank-r."""
     rollout_workers: int = 0
     """Training rollouts on this many Ray actors (extra ray; srpo_agents.ray_rollout); 0
     plays them in this process and imports nothing of Ray."""
@@ -177,6 +182,9 @@ class TrainConfig:
                              f"probability in [0, 1]")
         if self.ray_address and not self.rollout_workers:
             raise ValueError(f"ray_address={self.ray_address!r} needs rollout_workers >= 1")
+        if self.data_parallel and (self.rollout_workers or self.per_role_policies):
+            raise ValueError("data_parallel works with one shared policy and in-process "
+                             "rollouts (not rollout_workers or per_role_policies)")
         if self.rollout_workers and self.per_role_policies:
             raise ValueError("rollout_workers with per_role_policies is not supported: the "
                              "workers play one shared policy")

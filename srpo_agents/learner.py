@@ -269,6 +269,8 @@ class Learner:
                    grad_norm_cv=float(norms.std() / norms.mean()) if norms.mean() > 0 else 0.0,
                    first_epoch_max_abs_log_ratio=float(first_dev or 0.0),
                    entropy=entropy_sum / max(entropy_count, 1.0))
+        if world > 1:
+            out = _combine_metrics(out)
         return out
 
 
@@ -303,3 +305,18 @@ def init_data_parallel() -> tuple[int, int]:
     if not dist.is_initialized():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return dist.get_rank(), dist.get_world_size()
+
+
+def _combine_metrics(local: dict[str, float]) -> dict[str, float]:
+    """The update's figures over all ranks (each rank saw its shard): maxima for
+    ``max_*`` figures, means for the rest, so every rank reports the same numbers."""
+    import torch.distributed as dist
+
+    keys = sorted(local)
+    values = torch.tensor([float(local[k]) for k in keys], dtype=torch.float64)
+    maxima = values.clone()
+    dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    dist.all_reduce(maxima, op=dist.ReduceOp.MAX)
+    world = dist.get_world_size()
+    return {k: float(maxima[i]) if "max" in k or k == "updates" else float(values[i]) / world
+            for i, k in enumerate(keys)}

@@ -20,6 +20,7 @@ run's time by phase (``time_breakdown``).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import random
@@ -80,6 +81,21 @@ def _eval_indices(config: TrainConfig, envs: list) -> list[int]:
     total = _task_count(envs)
     n = config.eval_tasks if total is None else min(config.eval_tasks, total)
     return list(range(n))
+
+
+def _quiet(*_: Any) -> None:
+    """The log of data-parallel ranks other than 0."""
+
+
+def _all_gather_rollouts(rollouts: list) -> list:
+    """Every rank's episodes, on every rank, in rank order (Transitions and token rows)."""
+    from srpo_agents.rollout_io import rollout_rows, rollouts_from_rows
+
+    mine = [row for rollout in rollouts for row in rollout_rows(rollout)]
+    gathered: list = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(gathered, mine)
+    return rollouts_from_rows((row, f"rank {r}") for r, rows in enumerate(gathered)
+                              for row in rows)
 
 
 def check_data(config: TrainConfig) -> None:
@@ -150,8 +166,8 @@ def _step_metrics(rollouts, stats, update: dict, step: int, seconds: float) -> d
 
 
 def train_step(engine: RolloutEngine, envs: list, options: list[dict], algorithm,
-               estimator, learners: dict[str, Learner], dynamic_sampling: bool = False
-               ) -> tuple[list, Any, dict[str, Any]]:
+               estimator, learners: dict[str, Learner], dynamic_sampling: bool = False,
+               gather=None) -> tuple[list, Any, dict[str, Any]]:
     """One RL step: play ``options[i]`` on ``envs[i]``, form the algorithm's units from
     the Transitions, compute advantages and update. Returns (rollouts, unit stats, the
     update's metrics with this step's seconds in generation, env and update).
@@ -161,6 +177,8 @@ def train_step(engine: RolloutEngine, envs: list, options: list[dict], algorithm
     stops them from diluting the mean over units, so the batch shrinks instead."""
     spent = dict(engine.seconds)
     rollouts = engine.run(envs, options)
+    if gather is not None:  # data-parallel: the episodes every rank played
+        rollouts = gather(rollouts)
     units, stats = build_units(rollouts, algorithm.unit)
     advantages = estimator([u.info for u in units])
     if dynamic_sampling:
@@ -279,13 +297,26 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     it was already measured (``evaluate_start``); the run then skips that evaluation, so
     its sampling starts from the seed's first random number."""
     check_data(config)
+    rank, world = 0, 1
+    if config.data_parallel:
+        from srpo_agents.learner import init_data_parallel
+
+        rank, world = init_data_parallel()
+        if rank:  # every rank keeps its own files; rank 0's are the run's
+            config = dataclasses.replace(config, out=str(Path(config.out) / f"rank-{rank}"),
+                                         warmstart_dir=config.warmstart_dir or config.out)
+            log = _quiet
     run_dir = Path(config.out)
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     random.seed(config.seed)
     np.random.seed(config.seed)
     torch.manual_seed(config.seed)
+    if rank:
+        torch.distributed.barrier()  # rank 0 builds (or finds) the warm start first
     policy, warm = prepare_policy(config, run_dir, log)
+    if config.data_parallel and not rank:
+        torch.distributed.barrier()
     algorithm = ALGORITHMS[config.algo]
     estimator = ADVANTAGE_ESTIMATORS[config.advantage or algorithm.advantage]
     train_envs = eval_pool(env_factory(config, "train", policy.count_tokens),
@@ -307,7 +338,7 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         lr=config.lr, epochs=config.epochs, minibatch_units=config.minibatch_units,
         microbatch_rows=config.microbatch_rows, eps_low=config.eps_low,
         eps_high=config.eps_high, beta=config.beta, max_grad_norm=config.max_grad_norm,
-        temperature=config.temperature)
+        temperature=config.temperature, data_parallel=config.data_parallel)
     policies = role_policies or {SHARED: policy}
     learners = {name: Learner(p, algorithm, learner_config, seed=config.seed)
                 for name, p in policies.items()}
@@ -361,8 +392,14 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         options = [{"task_index": t, "episode_id": f"s{step}-t{i}-g{g}"}
                    for i, t in enumerate(tasks) for g in range(config.group_size)]
         lost_before = getattr(rollout, "lost_episodes", 0)
-        rollouts, stats, update = train_step(rollout, train_envs, options, algorithm, estimator,
-                                             learners, config.dynamic_sampling)
+        gather = None
+        if world > 1:  # this rank plays its whole tasks; then every rank has all episodes
+            options = [o for n, o in enumerate(options) if (n // config.group_size) % world
+                       == rank]
+            gather = _all_gather_rollouts
+        rollouts, stats, update = train_step(rollout, train_envs[:len(options)], options,
+                                             algorithm, estimator, learners,
+                                             config.dynamic_sampling, gather)
         if rollout is not engine:  # the evaluations' engine follows the updated weights
             engine.policy_version = rollout.policy_version
             update.update(episodes_lost=rollout.lost_episodes - lost_before,
