@@ -1,4 +1,3 @@
-import contextlib
 import dataclasses
 import itertools
 import json
@@ -9,9 +8,7 @@ import random
 import socket
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +26,7 @@ from srpo_envs.retrieval import (
     tokenize,
 )
 from srpo_envs.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
+from tests.loopback import serve
 
 SEARCH_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "search"
 BM25_SPECS = ("bm25", "rank_bm25")
@@ -502,40 +500,6 @@ def _no_proxy_for_loopback(monkeypatch):
     # urllib consults no_proxy on every request; the test servers are all on 127.0.0.1.
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
-@contextlib.contextmanager
-def serve(respond):
-    """Run a ThreadingHTTPServer on 127.0.0.1; ``respond(path, body)`` -> (status, bytes)."""
-    requests = []
-    release = threading.Event()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            requests.append((self.path, json.loads(body), self.headers.get("Content-Type")))
-            status, payload = respond(self.path, json.loads(body), release)
-            with contextlib.suppress(OSError):  # the client may have given up already
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    # A short poll interval makes shutdown() quick; the default is 0.5 s per server.
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
-                              daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", requests
-    finally:
-        release.set()
-        server.shutdown()
-        server.server_close()
 
 
 def _search_r1_answer(path, body, release):

@@ -10,13 +10,13 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from srpo_envs import search_v0
 from srpo_envs.retrieval import make_retriever
+from tests.loopback import serve
 
 REQUESTS, THREADS = 1000, 16
 
@@ -34,54 +34,30 @@ def _rss_mb() -> float:
     return 0.0
 
 
+def _respond(mode: dict):
+    """A Search-R1 server's answers, or its faults: ``mode["kind"]`` is ok, slow, 500,
+    oversized or malformed."""
+    def respond(path, body, release):
+        kind = mode["kind"]
+        if kind == "slow":
+            release.wait(5)
+        if kind == "500":
+            return 500, b'{"detail": "boom"}'
+        if kind == "oversized":
+            return 200, b'{"result": [[' + b" " * 200_000 + b"]]}"
+        if kind == "malformed":
+            return 200, b'{"result": [[{"document": '
+        return 200, json.dumps({"result": [[
+            {"document": {"id": q, "contents": f'"{q}"\n{q} was born in Oslo.'},
+             "score": 1.0}] for q in body["queries"]]}).encode()
+
+    return respond
+
+
 @contextlib.contextmanager
 def server(mode: dict):
-    """A loopback Search-R1 server whose behaviour is ``mode["kind"]``: ok, slow, 500,
-    oversized or malformed."""
-    release = threading.Event()
-    served = []
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            served.append(1)
-            kind = mode["kind"]
-            status = 200
-            if kind == "slow":
-                release.wait(5)
-            if kind == "500":
-                status, payload = 500, b'{"detail": "boom"}'
-            elif kind == "oversized":
-                payload = b'{"result": [[' + b" " * 200_000 + b"]]}"
-            elif kind == "malformed":
-                payload = b'{"result": [[{"document": '
-            else:
-                payload = json.dumps({"result": [[
-                    {"document": {"id": q, "contents": f'"{q}"\n{q} was born in Oslo.'},
-                     "score": 1.0}] for q in body["queries"]]}).encode()
-            with contextlib.suppress(OSError):
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                              daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", served
-    finally:
-        release.set()
-        httpd.shutdown()
-        httpd.server_close()
+    with serve(_respond(mode)) as (url, requests):
+        yield url, requests
 
 
 def test_a_thousand_requests_from_sixteen_threads():
