@@ -220,10 +220,12 @@ def warm_start_job(config: TrainConfig) -> dict:
 
 
 def _engine(config: TrainConfig, model: str):
-    from srpo_agents.policy import load_policy
+    from srpo_agents.policy import load_policy, resolve_device, resolve_dtype
     from srpo_agents.train import make_engine
 
-    return make_engine(config, load_policy(model, device=config.device))
+    device = resolve_device(config.device)
+    return make_engine(config, load_policy(model, device=device,
+                                           dtype=resolve_dtype(config.dtype, device)))
 
 
 def benchmark_results(config: TrainConfig, engine, names: str, tasks: int) -> dict:

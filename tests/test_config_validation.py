@@ -30,7 +30,7 @@ from srpo_agents.config import TrainConfig
     ({"extra_env_kwargs": {"n_solver": 2}}, r"no argument 'n_solver' \(did you mean "
                                             r"'n_solvers'\?\)"),
     ({"env": "SRPO-Search-v0", "retriever": "bm26"}, r"retriever='bm26': expected one of"),
-    ({"device": "gpu"}, r"device='gpu': expected cpu, cuda, cuda:N or mps"),
+    ({"device": "gpu"}, r"device='gpu': expected auto, cpu, cuda, cuda:N or mps"),
     ({"algo": "ppo"}, r"algo='ppo': expected one of"),
     ({"warmstart_skill": 2.0}, r"warmstart_skill=2.0: expected a probability"),
 ])

@@ -40,14 +40,23 @@ def _rows(run):
 
 
 def test_one_worker_reproduces_the_in_process_run(local_ray, tmp_path):
+    import torch
+
+    from srpo_agents.train import evaluate_start
+
     warm = str(tmp_path / "warm")
-    straight = train(TrainConfig(**BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "a")),
-                     log=lambda *_: None)
-    # the same start (the before evaluation shared), so both samplers start fresh alike
-    train(TrainConfig(**BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "a2")),
-          log=lambda *_: None, before=straight["before"])
-    train(TrainConfig(**BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "b"),
-                      rollout_workers=1), log=lambda *_: None, before=straight["before"])
+    config = TrainConfig(**BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "a2"))
+    # the same start (the before evaluation shared), so both samplers start fresh alike;
+    # one torch thread, as in the worker, so the matmuls round alike
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        before = evaluate_start(config, log=lambda *_: None)
+        train(config, log=lambda *_: None, before=before)
+        train(TrainConfig(**BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "b"),
+                          rollout_workers=1), log=lambda *_: None, before=before)
+    finally:
+        torch.set_num_threads(threads)
     in_process, workers = _rows(tmp_path / "a2"), _rows(tmp_path / "b")
     assert [r["episodes_lost"] for r in workers] == [0, 0]
     assert [{k: v for k, v in r.items() if k not in ("episodes_lost", "worker_restarts")}
