@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from srpo_agents.checkpoint import CheckpointError, checkpoint_dirs, read_checkpoint
 
@@ -36,6 +37,18 @@ def _train(out: Path, warm: Path, *extra: str, kill_at: str = "", cwd: Path):
             str(warm), "--save-every", "1", "--out", str(out), *extra]
     return subprocess.run([sys.executable, "-m", "srpo_agents.cli", "train", *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _resume_in_process(run: Path) -> None:
+    """What ``srpo train --resume`` does with ``run``'s checkpoints (no subprocess)."""
+    from srpo_agents.checkpoint import load_checkpoint
+    from srpo_agents.tiny import build_tiny_policy
+
+    policy = build_tiny_policy(["0123456789+-*/()"], run.parent / f"{run.name}-tiny",
+                               hidden_size=32, num_layers=1, num_heads=2)
+    optimizer = torch.optim.AdamW(policy.model.parameters())
+    load_checkpoint(run, policies={"shared": policy}, optimizers={"shared": optimizer},
+                    generators={}, log=lambda *_: None)
 
 
 def _rows(run: Path) -> list[dict]:
@@ -109,9 +122,8 @@ def test_no_usable_checkpoint_is_a_clear_error(reference, tmp_path):
     shutil.copytree(root / "straight", run)
     for folder in checkpoint_dirs(run):
         (folder / "state.json").write_text("{not json")
-    failed = _train(run, root / "warm", "--resume", cwd=root)
-    assert failed.returncode == 2
-    assert "no usable checkpoint" in failed.stderr and "state.json" in failed.stderr
+    with pytest.raises(CheckpointError, match=r"no usable checkpoint.*state.json"):
+        _resume_in_process(run)
 
 
 def test_a_malicious_pickle_is_never_loaded(reference, tmp_path):
@@ -125,7 +137,6 @@ def test_a_malicious_pickle_is_never_loaded(reference, tmp_path):
             return (os.system, (f"touch {marker}",))
 
     (run / "checkpoint.pt").write_bytes(pickle.dumps({"step": 1, "x": Exploit()}))
-    failed = _train(run, root / "warm", "--resume", cwd=root)
-    assert failed.returncode == 2
-    assert "old pickle format" in failed.stderr and "arbitrary code" in failed.stderr
+    with pytest.raises(CheckpointError, match=r"old pickle format.*arbitrary code"):
+        _resume_in_process(run)
     assert not marker.exists()

@@ -46,7 +46,7 @@ def _load(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "result.safetensors"))
 
 
-@pytest.mark.parametrize("minibatch", ["0", "8"])
+@pytest.mark.parametrize("minibatch", ["0"])
 def test_two_gloo_ranks_equal_one_process(data, minibatch):
     for name, nproc in (("one", 1), ("two", 2)):
         _run(["update", "--data", str(data / "data"), "--out", str(data / f"{name}{minibatch}"),

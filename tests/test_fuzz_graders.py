@@ -21,7 +21,7 @@ from srpo_envs.qa_metrics import exact_match, f1_score
 
 ROOT = Path(__file__).resolve().parents[1]
 WALL_LIMIT_S = 1.5  # the 1 s bound plus scheduling noise on a loaded 2-core machine
-EXAMPLES = 100
+EXAMPLES = 60
 THREAD_EXAMPLES = 25  # batches of up to 4 calls; a timed-out call costs its full second
 
 latexish = st.text(alphabet="\\{}^_()[]0123456789+-*/=.,!abcdefxyz frac sqrt boxed",

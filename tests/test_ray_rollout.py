@@ -27,11 +27,14 @@ def _start(**kwargs):
              _temp_dir=tempfile.mkdtemp(prefix="srpo-ray-", dir="/tmp"), **kwargs)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def local_ray():
+    # worker 1 kills itself mid-generation at step 1: only the two-worker test has one
+    os.environ["SRPO_KILL_AT"] = "worker1:generation@1"  # inherited by the workers
     _start(num_cpus=2)
     yield
     ray.shutdown()
+    del os.environ["SRPO_KILL_AT"]
 
 
 def _rows(run):
@@ -63,18 +66,12 @@ def test_one_worker_reproduces_the_in_process_run(local_ray, tmp_path):
             for r in workers] == in_process
 
 
-def test_two_workers_train_and_a_killed_worker_is_replaced(tmp_path):
-    os.environ["SRPO_KILL_AT"] = "worker0:generation@1"  # inherited by the workers
-    try:
-        _start(num_cpus=2)
-        train(TrainConfig(**BASE, steps=3, warmstart_dir=str(tmp_path / "warm"),
-                          out=str(tmp_path / "run"), rollout_workers=2), log=lambda *_: None)
-    finally:
-        ray.shutdown()
-        del os.environ["SRPO_KILL_AT"]
+def test_two_workers_train_and_a_killed_worker_is_replaced(local_ray, tmp_path):
+    train(TrainConfig(**BASE, steps=3, warmstart_dir=str(tmp_path / "warm"),
+                      out=str(tmp_path / "run"), rollout_workers=2), log=lambda *_: None)
     rows = _rows(tmp_path / "run")
     episodes = BASE["tasks_per_step"] * BASE["group_size"]  # 8, two events each
-    # worker 0 held tasks 0 and 2 (4 episodes): killed mid-generation at step 1
+    # worker 1 held tasks 1 and 3 (4 episodes): killed mid-generation at step 1
     assert [r["episodes_lost"] for r in rows] == [0, 4, 0]
     assert [r["worker_restarts"] for r in rows] == [0, 1, 1]
     assert [r["events"] for r in rows] == [2 * episodes, 2 * (episodes - 4), 2 * episodes]
@@ -88,6 +85,7 @@ def test_workers_spread_over_a_two_node_cluster(tmp_path):
     from srpo_agents.ray_rollout import RayRolloutEngine
     from srpo_agents.tiny import build_tiny_policy
 
+    ray.shutdown()  # the module's local instance, if a test before this one started it
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     root = tempfile.mkdtemp(prefix="srpo-ray-", dir="/tmp")
     os.environ["RAY_TMPDIR"] = root  # Ray's own files (the cluster address) go here too
