@@ -57,22 +57,24 @@ def test_grade_returns_in_time_on_any_text(text, gold):
 @settings(max_examples=THREAD_EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(batch=st.lists(st.tuples(texts, golds), min_size=1, max_size=4))
-def test_grade_returns_in_time_from_a_thread(batch):
+def test_grade_and_f1_return_in_time_from_a_thread(batch):
     times: list[float] = []
 
     def run():
         for text, gold in batch:
             times.append(_timed(grading.grade, text, gold)[1])
+            times.append(_timed(f1_score, text, gold)[1])
 
     thread = threading.Thread(target=run)
     thread.start()
     thread.join(timeout=30)
-    assert not thread.is_alive() and len(times) == len(batch)
+    assert not thread.is_alive() and len(times) == 2 * len(batch)
     assert max(times) < WALL_LIMIT_S
 
 
 def test_grade_returns_in_time_from_a_process():
-    """A fresh process grades 60 hostile and random texts; each call within the bound."""
+    """A fresh process grades 60 hostile and random texts and scores EM/F1 on 6 huge
+    predictions; each call within the bound."""
     script = textwrap.dedent("""
         import json, random, time
         from srpo_envs.grading import grade, warm_up
@@ -88,13 +90,19 @@ def test_grade_returns_in_time_from_a_process():
             start = time.monotonic()
             grade(text, "7")
             worst = max(worst, time.monotonic() - start)
-        print(json.dumps({"calls": len(texts), "worst": worst}))
+        from srpo_envs.qa_metrics import exact_match, f1_score
+        for prediction in ("a, " * 2_000_000, "x" * 6_000_000, "the " * 100_000):
+            for metric in (exact_match, f1_score):
+                start = time.monotonic()
+                metric(prediction, ["Paris", "the city of Paris"])
+                worst = max(worst, time.monotonic() - start)
+        print(json.dumps({"calls": len(texts) + 6, "worst": worst}))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["calls"] == 60 and result["worst"] < WALL_LIMIT_S
+    assert result["calls"] == 66 and result["worst"] < WALL_LIMIT_S
 
 
 @SETTINGS

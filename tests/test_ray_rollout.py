@@ -94,14 +94,16 @@ def test_workers_spread_over_a_two_node_cluster(tmp_path):
         "num_cpus": 1, "include_dashboard": False, "temp_dir": root})
     cluster.add_node(num_cpus=1)
     try:
-        ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+        # the engine joins the cluster itself, as srpo train --ray-address does
         config = TrainConfig(**BASE, steps=1, out=str(tmp_path / "run"), rollout_workers=2,
                              ray_address=cluster.address)
         env = env_factory(config, "train")(0)
         policy = build_tiny_policy([env.reset()[0]["proposer_0"], "0123456789+-*/()"],
                                    tmp_path / "tiny", hidden_size=32, num_layers=1,
                                    num_heads=2)
-        engine = RayRolloutEngine(config, policy, 2, address=cluster.address, spread=True)
+        assert not ray.is_initialized()
+        engine = RayRolloutEngine(config, policy, 2, address=config.ray_address, spread=True)
+        assert ray.is_initialized() and len(ray.nodes()) == 2
         assert len(set(engine.node_ids())) == 2  # one worker on each node
         options = [{"task_index": t, "episode_id": f"t{t}-g{g}"} for t in range(4)
                    for g in range(2)]
