@@ -52,6 +52,7 @@ from machine import describe
 from srpo_agents.benchmark_sets import default_data_dir
 from srpo_agents.checkpoint import write_json_atomic
 from srpo_agents.config import TrainConfig
+from srpo_agents.metrics_log import read_metrics_rows
 from srpo_agents.objective import ALGORITHMS
 
 ALL_ALGOS = sorted(ALGORITHMS)
@@ -166,8 +167,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def _read_metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+    return read_metrics_rows(run_dir / "metrics.jsonl")
 
 
 def run_rows(config: TrainConfig, summary: dict, run_dir: Path, label: str = "") -> list[dict]:

@@ -12,11 +12,13 @@ from pathlib import Path
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
+    from srpo_agents.metrics_log import read_metrics_rows
+
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"run directory {str(run_dir)!r} has no metrics.jsonl "
                                 f"(expected {path})")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_metrics_rows(path)
 
 
 def plot_runs(run_dirs: list[str], out: str | Path, metric: str = "accuracy",

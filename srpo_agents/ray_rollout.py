@@ -145,8 +145,8 @@ class RayRolloutEngine:
             try:
                 rows, seconds = ray.get(future, timeout=max(1.0, deadline - time.monotonic()))
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError,
-                    ray.exceptions.RayTaskError) as err:
-                self._replace(i, err)
+                    ray.exceptions.RayTaskError):
+                self._replace(i)
                 self.lost_episodes += len(shares[i])
                 continue
             self._seen[i] = self.policy_version
@@ -158,7 +158,7 @@ class RayRolloutEngine:
         order = {option["episode_id"]: n for n, option in enumerate(options)}
         return sorted(rollouts, key=lambda r: order.get(r.episode_id, len(order)))
 
-    def _replace(self, index: int, error: BaseException | None = None) -> None:
+    def _replace(self, index: int) -> None:
         self._ray.kill(self.workers[index], no_restart=True)
         self.workers[index] = self._spawn(index)
         self._seen[index] = 0  # the new worker holds the starting weights (version 0)

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
-import os
 import random
 import time
 from pathlib import Path
@@ -45,11 +43,11 @@ from srpo_agents.envs import env_factory
 from srpo_agents.evaluate import episode_correct, eval_pool, evaluate, paired_difference
 from srpo_agents.events import build_units
 from srpo_agents.learner import Learner, LearnerConfig
+from srpo_agents.metrics_log import append_json_line, read_metrics_rows, write_json_lines_atomic
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_agents.policy import Policy, load_policy, place, resolve_device, resolve_dtype
 from srpo_agents.rollout import RolloutEngine
 from srpo_agents.routing_stats import plot_routing, routing_summary
-from srpo_envs.retrieval.cache import atomic_write
 
 
 def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dict]:
@@ -103,38 +101,6 @@ def check_data(config: TrainConfig) -> None:
     corpus row (named by file and line) stops the run before its warm start."""
     for split in ("train", "test"):
         env_factory(config, split)(config.seed).close()
-
-
-def append_json_line(path: Path, row: dict) -> None:
-    """One whole line per write, flushed to disk: a kill leaves the file without the row
-    or with it, at worst with a torn last line that ``read_metrics_rows`` drops."""
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(row) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def read_metrics_rows(path: Path) -> list[dict]:
-    """The rows of a ``metrics.jsonl``; a torn last line (a kill mid-write) is dropped."""
-    if not path.is_file():
-        return []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number != len(lines):
-                raise ValueError(f"{path}:{number}: not a JSON row (only the last line can "
-                                 f"be torn by a kill)") from None
-    return rows
-
-
-def write_json_lines_atomic(path: Path, rows: list[dict]) -> None:
-    data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
-    atomic_write(path, lambda handle: handle.write(data))
 
 
 def _returns_by_task(rollouts) -> dict[str, set[float]]:
