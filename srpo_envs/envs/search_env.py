@@ -34,6 +34,9 @@ is environment text: ``infos[agent]["prompt_segments"]`` splits each due prompt 
 so a learner that trains on its own history can mask retrieved passages out of the loss.
 Queries and passages are inserted as data: chat-template control tokens and this env's
 own tags inside them are neutralized, so a passage can never close ``<information>``.
+Passages are written one per line as ``Doc 1 (Title: X) text`` by default, or exactly as
+Search-R1's client writes them with ``passage_format="search_r1"`` (``SearchEnvConfig``),
+so a policy trained with Search-R1 reads the text it was trained on.
 
 ## Action
 Per agent a string; rules for missing, ``None``, over-long, mistyped and unknown-agent
@@ -101,6 +104,7 @@ from srpo_envs.text import (
 
 WORKFLOWS = ("single", "parallel", "search_answer_verify", "routed")
 WORLDS = ("default", "compact")
+PASSAGE_FORMATS = ("default", "search_r1")
 TAGS = ("search", "answer", "information", "verdict")
 _ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
 _VERDICT = re.compile(r"<verdict>\s*(accept|reject)\s*</verdict>", re.IGNORECASE)
@@ -172,6 +176,12 @@ class SearchEnvConfig:
     max_question_chars: int = 1024
     max_query_chars: int = 512
     max_passage_chars: int = 600
+    passage_format: str = "default"
+    """How passages are written inside ``<information>``: "default" puts one per line as
+    ``Doc 1 (Title: X) text``; "search_r1" writes Search-R1's text exactly (its client's
+    ``_passages2string``, stripped as its generation loop does): ``Doc 1(Title: "X")
+    text``, each passage followed by a newline and the title in quotes, as the first line
+    of Search-R1's ``contents`` has it. Both neutralize and clip titles and texts."""
     reward_correct: float = 1.0
     reward_wrong: float = 0.0
     prompts: Mapping[str, str] = field(default_factory=dict)
@@ -188,6 +198,9 @@ class SearchEnvConfig:
     def __post_init__(self) -> None:
         if self.workflow not in WORKFLOWS:
             raise ValueError(f"workflow={self.workflow!r}: expected one of {WORKFLOWS}")
+        if self.passage_format not in PASSAGE_FORMATS:
+            raise ValueError(f"passage_format={self.passage_format!r}: expected one of "
+                             f"{PASSAGE_FORMATS}")
         for name, low, high in (("n_searchers", 1, 32), ("top_k", 1, 20), ("max_turns", 1, 32),
                                 ("max_output_chars", 16, 10**6), ("max_question_chars", 16, 10**6),
                                 ("max_query_chars", 8, 10**5), ("max_passage_chars", 16, 10**5)):
@@ -379,11 +392,20 @@ class SearchEnv(EventEnv):
         return neutralize_tags(as_data(text, limit), TAGS)
 
     def _format_passages(self, passages: list[Passage]) -> str:
+        """The text inside ``<information>`` (``SearchEnvConfig.passage_format``). Both
+        formats insert title and text through ``_clean``: retrieved text is data."""
         c = self.config
-        return "\n".join(
-            f"Doc {i} (Title: {self._clean(p.title, _TITLE_CHARS)}) "
-            f"{self._clean(p.text, c.max_passage_chars)}"
-            for i, p in enumerate(passages, start=1))
+        cleaned = [(i, self._clean(p.title, _TITLE_CHARS),
+                    self._clean(p.text, c.max_passage_chars))
+                   for i, p in enumerate(passages, start=1)]
+        if c.passage_format == "search_r1":
+            # Search-R1 titles each passage with the first line of its corpus row's
+            # contents ('"Title"\ntext', so the title is quoted), glues "(Title:" to the
+            # number, ends every passage with a newline and strips the whole block
+            # before wrapping it in <information>.
+            return "".join(f'Doc {i}(Title: "{title}") {text}\n'
+                           for i, title, text in cleaned).strip()
+        return "\n".join(f"Doc {i} (Title: {title}) {text}" for i, title, text in cleaned)
 
     def _run_queries(self, queries: dict[str, str]) -> tuple[dict[str, str], dict[str, Any]]:
         """Retrieve for every agent's query in one batch; (information text per agent, info)."""

@@ -2,12 +2,16 @@
 (``search_r1/search/retrieval_server.py``).
 
 Protocol: ``POST {url}/retrieve`` with ``{"queries": [...], "topk": k,
-"return_scores": true}``; the answer is ``{"result": [[{"document": {...}, "score": s},
-...], ...]}``, one list per query. A document is a corpus row: ``{"id", "contents"}``
-with ``contents = '"Title"\\ntext'`` (dense server) or ``{"title", "text", "contents"}``
-(Pyserini BM25 server, no id). Title and text come from ``contents`` the way Search-R1
-splits it (first line, quotes stripped / the rest), else from ``title``/``text``; a
-missing id becomes ``""``. The URL may be given with or without ``/retrieve``.
+"return_scores": true}``, the body Search-R1's own client sends; the answer is
+``{"result": [[{"document": {...}, "score": s}, ...], ...]}``, one list per query. A
+server that ignores ``return_scores`` and sends bare documents (``{"result": [[{...},
+...], ...]}``, Search-R1's answer without scores) is read too; its passages get score
+0.0, since there is none to report, and keep the server's order. A document is a corpus
+row: ``{"id", "contents"}`` with ``contents = '"Title"\\ntext'`` (dense server) or
+``{"title", "text", "contents"}`` (Pyserini BM25 server, no id). Title and text come
+from ``contents`` the way Search-R1 splits it (first line, quotes stripped / the rest),
+else from ``title``/``text``; a missing id becomes ``""``. The URL may be given with or
+without ``/retrieve``.
 
 Failure handling, so an env step can never hang on the network:
 
@@ -171,7 +175,12 @@ class RemoteRetriever:
 
 
 def _passage(item: Any) -> Passage:
-    document, score = item["document"], item["score"]
+    # {"document": ..., "score": ...} when scored; a bare corpus row never has a
+    # "document" field, so its presence tells the two answer shapes apart.
+    if isinstance(item, dict) and "document" in item:
+        document, score = item["document"], item["score"]
+    else:
+        document, score = item, 0.0
     if isinstance(score, bool) or not isinstance(score, (int, float)):
         raise ValueError(f"score must be a number, got {score!r}")
     if isinstance(document.get("contents"), str):

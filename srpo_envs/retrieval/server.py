@@ -5,19 +5,25 @@ FastAPI and uvicorn, as Search-R1's own server uses).
     # envs: retriever="http://127.0.0.1:8000/retrieve"
 
 Endpoints:
-- ``POST /retrieve`` takes ``{"queries": [...], "topk": k, "return_scores": bool}``. It
-  returns ``{"result": [[{"document": {"id", "title", "text", "contents"}, "score": s},
-  ...], ...]}``, one list per query, best first; without ``return_scores`` each list
-  holds bare documents. ``contents`` is ``'"Title"\\ntext'``, as Search-R1's corpora have
-  it, so Search-R1 clients and ``srpo_envs.retrieval.remote`` both read it.
+- ``POST /retrieve`` takes ``{"queries": [...], "topk": k, "return_scores": bool}``, the
+  body Search-R1's client sends. ``topk`` may be omitted or null (``default_topk``, 3 as
+  in Search-R1's launch scripts), an integral float or a numeric string (``"3"``), as
+  Search-R1's pydantic model accepts; ``return_scores`` is a JSON boolean (default
+  false). It returns ``{"result": [[{"document": {"id", "title", "text", "contents"},
+  "score": s}, ...], ...]}``, one list per query, best first; without ``return_scores``
+  each list holds bare documents. ``contents`` is ``'"Title"\\ntext'``, as Search-R1's
+  corpora have it, so Search-R1 clients and ``srpo_envs.retrieval.remote`` both read it.
 - ``POST /batch_retrieve`` is the same, for clients that name the batch call apart.
 - ``GET /health`` returns ``{"status": "ok", "backend", "passages"}``.
 
 Limits, each answered with a status and a message instead of work: a body over
 ``max_body_bytes`` gets 413; more than ``max_queries`` queries, a query over
-``max_query_chars``, or ``topk`` outside 1..``max_topk`` gets 422. The server binds to
-127.0.0.1 unless told otherwise, and logs one line per request (method, path, status,
-queries, milliseconds) to the ``srpo.retrieval.server`` logger.
+``max_query_chars``, a ``topk`` that is not a number in 1..``max_topk``, or a
+non-boolean ``return_scores`` gets 422 naming the field, the value and what was
+expected. (Search-R1's server reads ``topk: 0`` as its default; here 0 is an error: a
+client asking for no passages has a bug.) The server binds to 127.0.0.1 unless told
+otherwise, and logs one line per request (method, path, status, queries, milliseconds)
+to the ``srpo.retrieval.server`` logger.
 
 One retriever (index) serves every request. Searches run in a thread pool, and the
 backends' ``search`` is read-only, so concurrent requests are safe.
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -43,6 +50,47 @@ except ImportError:  # the server extra is optional; build_app says how to insta
 
 LOG = logging.getLogger("srpo.retrieval.server")
 _INSTALL_HINT = "pip install 'srpo[server]' (FastAPI and uvicorn)"
+_NUMERIC = re.compile(r"\+?[0-9]{1,9}")  # bounded: int() of 5000 digits raises
+_SHOWN_VALUE_CHARS = 80
+
+
+def _require_server_extra() -> Any:
+    """The uvicorn module, or an ImportError that says how to install the server extra.
+
+    A bare ``No module named 'uvicorn'`` tells a user of ``srpo serve-retriever`` neither
+    that the module is optional nor which extra brings it; the CLI prints this message."""
+    if FastAPI is None:
+        raise ImportError(f"the retrieval server needs FastAPI, which is not installed: "
+                          f"{_INSTALL_HINT}")
+    try:
+        import uvicorn
+    except ImportError as err:
+        raise ImportError(f"the retrieval server needs uvicorn, which is not installed: "
+                          f"{_INSTALL_HINT}") from err
+    return uvicorn
+
+
+def _topk(value: Any, default: int, max_topk: int) -> int | str:
+    """``topk`` as an int, or an error message. Accepts what Search-R1's server accepts
+    from its clients: null (the default), an int, an integral float or a numeric string."""
+    expected = (f"expected an int in 1..{max_topk}, a numeric string such as \"3\", or null "
+                f"for the default ({default})")
+    if value is None:
+        return default
+    if isinstance(value, str) and _NUMERIC.fullmatch(value.strip()):
+        value = int(value)
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    # bool is an int subclass; "topk": true is a client bug, not a request for 1 passage
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= max_topk:
+        return f"'topk'={_show(value)}: {expected}"
+    return value
+
+
+def _show(value: Any) -> str:
+    """``repr`` clipped, so an error message cannot echo a megabyte of request body."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_VALUE_CHARS else text[:_SHOWN_VALUE_CHARS] + "..."
 
 
 def _document(passage: Passage) -> dict[str, Any]:
@@ -52,10 +100,15 @@ def _document(passage: Passage) -> dict[str, Any]:
 
 def build_app(retriever: Retriever, *, backend: str = "custom", passages: int | None = None,
               max_queries: int = 1024, max_query_chars: int = 4096, max_topk: int = 100,
-              max_body_bytes: int = 4 << 20):
+              max_body_bytes: int = 4 << 20, default_topk: int = 3):
     """The FastAPI app serving ``retriever``."""
     if FastAPI is None:
-        raise ImportError(f"the retrieval server needs FastAPI: {_INSTALL_HINT}")
+        raise ImportError(f"the retrieval server needs FastAPI, which is not installed: "
+                          f"{_INSTALL_HINT}")
+    if isinstance(default_topk, bool) or not isinstance(default_topk, int) \
+            or not 1 <= default_topk <= max_topk:
+        raise ValueError(f"default_topk={default_topk!r}: expected an int in 1..{max_topk} "
+                         f"(max_topk)")
 
     app = FastAPI(title="srpo retrieval server", docs_url=None, redoc_url=None)
 
@@ -86,18 +139,23 @@ def build_app(retriever: Retriever, *, backend: str = "custom", passages: int | 
             return error(422, f"body is not JSON: {err}")
         if not isinstance(payload, dict):
             return error(422, "body must be a JSON object with 'queries'")
-        queries, topk = payload.get("queries"), payload.get("topk", 3)
+        queries = payload.get("queries")
         if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
             return error(422, "'queries' must be a list of strings")
         if len(queries) > max_queries:
             return error(422, f"{len(queries)} queries; at most {max_queries} per request")
         if any(len(q) > max_query_chars for q in queries):
             return error(422, f"a query is longer than {max_query_chars} characters")
-        if isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= max_topk:
-            return error(422, f"'topk'={topk!r}: expected an int in 1..{max_topk}")
+        topk = _topk(payload.get("topk"), default_topk, max_topk)
+        if isinstance(topk, str):
+            return error(422, topk)
+        # a truthiness test would read the string "false" as true
+        return_scores = payload.get("return_scores", False)
+        if not isinstance(return_scores, bool):
+            return error(422, f"'return_scores'={_show(return_scores)}: expected true or false")
         request.state.queries = len(queries)
         results = await run_in_threadpool(retriever.search, queries, topk)
-        if payload.get("return_scores", False):
+        if return_scores:
             result = [[{"document": _document(p), "score": p.score} for p in hits]
                       for hits in results]
         else:
@@ -120,10 +178,7 @@ class RetrievalServer:
 
     def __init__(self, retriever: Retriever, *, host: str = "127.0.0.1", port: int = 0,
                  **app_kwargs: Any):
-        try:
-            import uvicorn
-        except ImportError as err:
-            raise ImportError(f"the retrieval server needs uvicorn: {_INSTALL_HINT}") from err
+        uvicorn = _require_server_extra()
         self.app = build_app(retriever, **app_kwargs)
         self._server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port,
                                                      log_level="warning", access_log=False,
@@ -169,8 +224,8 @@ class RetrievalServer:
 def serve(corpus: str | Path, backend: str = "bm25", host: str = "127.0.0.1",
           port: int = 8000, cache_dir: str | Path | None = None, **app_kwargs: Any) -> None:
     """Build the index of ``corpus`` and serve it until interrupted (``srpo
-    serve-retriever``)."""
-    import uvicorn
+    serve-retriever``). A missing server extra is reported before the index is built."""
+    uvicorn = _require_server_extra()
 
     from srpo_envs.retrieval import load_corpus, make_retriever
 
