@@ -27,6 +27,7 @@ next). They never see invalid input.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import random
@@ -57,10 +58,21 @@ class EventOutcome:
 
 
 @functools.lru_cache(maxsize=64)
-def text_space(max_length: int) -> spaces.Text:
-    """A Text space over CHARSET. Building one sorts ~60k characters (tens of ms), so
-    envs of equal limits share an instance; a run may create thousands of envs."""
+def _text_template(max_length: int) -> spaces.Text:
+    # Building a Text space sorts ~60k characters (tens of ms) and a run may create
+    # thousands of envs, so its read-only charset tables are built once per limit. This
+    # template is never handed out, so it is never seeded or sampled.
     return spaces.Text(max_length, min_length=0, charset=CHARSET)
+
+
+def text_space(max_length: int) -> spaces.Text:
+    """A new Text space over CHARSET with a random generator of its own.
+
+    Every agent of every env needs its own object: seeding one agent's space must not
+    reseed another's (PettingZoo's seed tests seed each agent's space and compare two
+    envs). The copy shares the template's charset tables, which nothing mutates, so it
+    is cheap; its generator is created (or seeded) on first use."""
+    return copy.copy(_text_template(max_length))
 
 
 def state_id(*parts: str) -> str:
@@ -90,8 +102,12 @@ class EventEnv(ParallelEnv):
             raise ValueError(f"render_mode={render_mode!r}: expected None or 'ansi'")
         self.render_mode = render_mode
         self._rng = random.Random(seed)
-        self._observation_space = text_space(self.max_prompt_chars)
-        self._action_space = text_space(self.max_output_chars)
+        # One space object per agent, made once: PettingZoo expects
+        # env.action_space(a) is env.action_space(a), and seeding it seeds only it.
+        self._observation_spaces = {a: text_space(self.max_prompt_chars)
+                                    for a in self.possible_agents}
+        self._action_spaces = {a: text_space(self.max_output_chars)
+                               for a in self.possible_agents}
         self.agents: list[str] = []
         self._due: dict[str, str] = {}
         self._transitions: list[Transition] = []
@@ -103,10 +119,10 @@ class EventEnv(ParallelEnv):
 
     # -- PettingZoo API -------------------------------------------------------------
     def observation_space(self, agent: str) -> spaces.Text:
-        return self._observation_space
+        return self._space(self._observation_spaces, agent)
 
     def action_space(self, agent: str) -> spaces.Text:
-        return self._action_space
+        return self._space(self._action_spaces, agent)
 
     def reset(self, seed: int | None = None, options: dict | None = None):
         """Start an episode.
@@ -209,6 +225,13 @@ class EventEnv(ParallelEnv):
         return self._transitions[-1] if self._transitions else None
 
     # -- helpers --------------------------------------------------------------------
+    def _space(self, spaces_by_agent: dict[str, spaces.Text], agent: str) -> spaces.Text:
+        try:
+            return spaces_by_agent[agent]
+        except KeyError:
+            raise KeyError(f"unknown agent {agent!r}; expected one of "
+                           f"{self.possible_agents}") from None
+
     def _charge(self, consumed: list[ConsumedOutput], outcome: EventOutcome,
                 info: dict[str, Any]) -> float:
         """This event's reward: at the last event, the task reward minus the team's cost

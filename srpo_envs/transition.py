@@ -8,7 +8,8 @@ freshly sampled outputs that this one transition consumed.
 
 Deliberate choices:
 - stdlib only, frozen, and JSON round-trippable (``to_dict``/``from_dict``) so that a
-  learner in another process, or a log file, sees the same record;
+  learner in another process, or a log file, sees the same record; it also pickles and
+  deep-copies (its read-only ``info`` is a ``FrozenMapping``), equal after the trip;
 - ``expected_agents`` lists the agents that were due to act. When a due agent sent
   nothing (``None``, a lost worker) it is absent from ``consumed`` and the learner can
   drop the event whole instead of silently shrinking the set;
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 
@@ -38,9 +38,39 @@ class ConsumedOutput:
                 "text": self.text}
 
 
+class FrozenMapping(Mapping):
+    """A read-only mapping (``Transition.info``) that, unlike ``MappingProxyType``,
+    pickles and deep-copies, so a transition can cross processes (multiprocessing,
+    Gymnasium's async vector env) and be copied. Equal to any mapping of equal items."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[Any, Any] | None = None):
+        object.__setattr__(self, "_items", dict(items or {}))
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._items[key]
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"FrozenMapping({self._items!r})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    def __reduce__(self):
+        # Rebuilt from a plain dict of its (already frozen) items.
+        return (type(self), (self._items,))
+
+
 def _freeze(value: Any) -> Any:
     if isinstance(value, Mapping):
-        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+        return FrozenMapping({k: _freeze(v) for k, v in value.items()})
     if isinstance(value, list):
         return tuple(_freeze(v) for v in value)
     return value

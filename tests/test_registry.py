@@ -210,10 +210,15 @@ def test_a_plugin_is_found_by_gym_srpo_envs_and_trains_two_steps(plugin_path, tm
         word = env.unwrapped.parallel.state["word"]
         obs, reward, terminated, truncated, info = env.step({"speaker_0": word})
         print(reward, terminated, [c.agent_id for c in info["transition"].consumed])
+        # PettingZoo's seed test holds for a DescribedEnv plugin with no work of its own
+        from pettingzoo.test import parallel_seed_test
+        from srpo_envs import registry
+        parallel_seed_test(lambda: registry.get("PluginEcho-v0").make(), num_cycles=10)
+        print("seeded")
     """)
     result = _run(["-c", script], plugin_path, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["1.0", "True", "['speaker_0']"]
+    assert result.stdout.split() == ["1.0", "True", "['speaker_0']", "seeded"]
 
     listing = _run(["-m", "srpo_agents.cli", "envs"], plugin_path, tmp_path)
     assert listing.returncode == 0, listing.stderr
