@@ -1,12 +1,12 @@
 """Math tasks: the embedded generator of arithmetic word problems and the loaders of
 real data (a JSONL file with ``question``/``answer``, or a Hugging Face ``datasets`` name).
 
-The generator is the embedded default: unlimited, seeded, no download. Task ``i`` of a
-(``task_seed``, ``split``) stream is a pure function of those three values, so every
-rollout of a task, on any machine, sees the same problem, and the ``train`` and ``test``
-streams are drawn from differently seeded generators. With small numbers the problem
-space is finite, so the same problem text can occur in both streams; a learner that
-needs a strictly disjoint held-out set should filter on ``question``.
+The generator is the embedded default: seeded, no download. Task ``i`` of a
+(``task_seed``, levels, ``split``) stream is a pure function of those values, so every
+rollout of a task, on any machine, sees the same problem. The splits ``train``,
+``validation`` and ``test`` are disjoint by content: a question's split is a hash of its
+text (``srpo_envs.splits``), and the indices of a held-out split are distinct questions
+while the level has them (level 0 holds about 85,000 question texts in all).
 
 Difficulty levels (answers are exact; levels 0-4 integers, level 5 fractions):
   0. one addition or subtraction with numbers 1-9 (a warm-up level that a 1M-parameter
@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from srpo_envs.jsonl import read_hf_dataset, read_jsonl
+from srpo_envs.splits import SplitSource, check_split, split_source
 
 LEVELS = (0, 1, 2, 3, 4, 5)
-SPLITS = ("train", "test")
 
 
 @dataclass(frozen=True)
@@ -134,11 +134,9 @@ def _level_fraction(rng: random.Random) -> tuple[str, list[str], Fraction]:
     return question, lines, value
 
 
-def generate_task(index: int, levels: Sequence[int] = (1,), task_seed: int = 0,
-                  split: str = "train") -> MathTask:
-    """Task ``index`` of the (``task_seed``, ``split``) stream; a pure function of its args."""
-    rng = random.Random(f"srpo-math:{task_seed}:{split}:{index}")
-    level = rng.choice(tuple(levels))
+def _draw(rng: random.Random, levels: tuple[int, ...]) -> tuple[str, str, str, int]:
+    """One problem: (question, answer, reference solution, level)."""
+    level = rng.choice(levels)
     if level == 0:
         question, lines, value = _level_add(rng, 1, 9)
     elif level == 1:
@@ -152,9 +150,29 @@ def generate_task(index: int, levels: Sequence[int] = (1,), task_seed: int = 0,
     else:
         question, lines, value = _level_fraction(rng)
     answer = _fmt(value)
-    solution = " ".join(lines) + f" \\boxed{{{answer}}}"
+    return question, answer, " ".join(lines) + f" \\boxed{{{answer}}}", level
+
+
+def _source(levels: Sequence[int], task_seed: int, split: str) -> SplitSource:
+    levels = check_levels(tuple(levels))
+    return split_source(f"srpo-math:{task_seed}:{levels}", split,
+                        lambda rng: _draw(rng, levels), lambda problem: problem[0])
+
+
+def generate_task(index: int, levels: Sequence[int] = (1,), task_seed: int = 0,
+                  split: str = "train") -> MathTask:
+    """Task ``index`` of the (``task_seed``, levels, ``split``) stream; a pure function of
+    its arguments (see the module docstring for how splits are kept apart)."""
+    question, answer, solution, level = _source(levels, task_seed, check_split(split)
+                                                ).problem(index)
     return MathTask(task_id=f"gen-{split}-{task_seed}-{index}", question=question,
                     answer=answer, solution=solution, meta={"level": level})
+
+
+def distinct_tasks(limit: int, levels: Sequence[int] = (1,), task_seed: int = 0,
+                   split: str = "test") -> int:
+    """Distinct questions of a split, counted up to ``limit`` (``srpo_envs.splits``)."""
+    return _source(levels, task_seed, check_split(split)).distinct(limit)
 
 
 def check_levels(difficulty: int | Iterable[int]) -> tuple[int, ...]:

@@ -14,7 +14,8 @@ from a person, so answering it needs the k documents along that chain:
     (and the variants through the founder of a company)
 
 The world, corpus and questions are pure functions of ``world_seed`` (and the sizes);
-questions of the ``train`` and ``test`` splits use disjoint sets of people.
+questions of the ``train``, ``validation`` and ``test`` splits use disjoint sets of people
+(the test people are the same as before the validation split was added).
 
 ``compact=True`` builds the same relations in a form a byte-level model of about 1M
 parameters can read: short names made of two or three letter-pairs ("Tovi", "Bex");
@@ -80,7 +81,7 @@ def _short(rng: random.Random, syllables: int, coda: bool = False) -> str:
 
 def build_world(world_seed: int = 0, n_people: int | None = None, n_companies: int = 60,
                 n_cities: int = 40, n_countries: int = 12, test_fraction: float = 0.25,
-                compact: bool = False) -> World:
+                compact: bool = False, validation_fraction: float = 0.1) -> World:
     """The world of ``world_seed``: a corpus (id/title/text dicts) and tasks per split.
     ``n_people`` defaults to 400 (6000 with ``compact``)."""
     if n_people is None:
@@ -157,7 +158,9 @@ def build_world(world_seed: int = 0, n_people: int | None = None, n_companies: i
     order = list(people)
     rng.shuffle(order)
     n_test = max(1, int(len(order) * test_fraction))
-    splits = {"test": order[:n_test], "train": order[n_test:]}
+    n_validation = max(1, int(len(order) * validation_fraction))
+    splits = {"test": order[:n_test], "validation": order[n_test:n_test + n_validation],
+              "train": order[n_test + n_validation:]}
 
     def chains(p: str) -> list[tuple[str, str, list[str]]]:
         company = works[p]

@@ -44,11 +44,13 @@ from srpo_envs.countdown_tasks import (
     CountdownTask,
     check_equation,
     check_levels,
+    distinct_tasks,
     generate_task,
 )
 from srpo_envs.describe import DescribedEnv, TeamDescription
 from srpo_envs.jsonl import read_jsonl
 from srpo_envs.routing import TokenCounter
+from srpo_envs.splits import check_split
 from srpo_envs.text import check_prompt_overrides, render
 
 WORKFLOWS = ("single", "parallel")
@@ -72,6 +74,8 @@ class CountdownConfig:
     n_proposers: int = 3
     levels: tuple[int, ...] = (0,)
     split: str = "train"
+    """Generator split: "train", "validation" or "test", disjoint by problem
+    (``srpo_envs.splits``)."""
     task_seed: int = 0
     dataset: str | Path | None = None
     prompts: Mapping[str, str] = field(default_factory=dict)
@@ -92,6 +96,7 @@ class CountdownConfig:
                              f"in 16..100000")
         self.levels = tuple(self.levels)
         check_levels(self.levels)
+        check_split(self.split)
         check_prompt_overrides(self.prompts, DEFAULT_PROMPTS, REQUIRED_PLACEHOLDERS)
 
 
@@ -191,6 +196,15 @@ class CountdownEnv(DescribedEnv):
                          n_tasks=len(dataset) if dataset else None, seed=seed,
                          render_mode=render_mode, cost_per_token=self.config.cost_per_token,
                          token_counter=self.config.token_counter)
+        self._dataset = dataset
+
+    def distinct_tasks(self, limit: int) -> int:
+        """Distinct tasks of this env's source, counted up to ``limit`` (level 0 has only
+        about 35 test problems: an evaluation uses each once and says so)."""
+        if self._dataset is not None:
+            return min(limit, len(self._dataset))
+        return distinct_tasks(limit, self.config.levels, self.config.task_seed,
+                              self.config.split)
 
 
 def parallel_env(**kwargs: Any) -> CountdownEnv:

@@ -79,7 +79,7 @@ from typing import Any
 
 from srpo_envs.event_env import EventEnv, EventOutcome
 from srpo_envs.grading import answers_match, extract_answer
-from srpo_envs.math_tasks import MathTask, check_levels, generate_task, load_tasks
+from srpo_envs.math_tasks import MathTask, check_levels, distinct_tasks, generate_task, load_tasks
 from srpo_envs.routing import (
     Route,
     TokenCounter,
@@ -87,6 +87,7 @@ from srpo_envs.routing import (
     parse_default_route,
     parse_route,
 )
+from srpo_envs.splits import check_split
 from srpo_envs.text import as_data, check_prompt_overrides, render
 
 WORKFLOWS = ("single", "solve_verify", "parallel", "routed")
@@ -154,7 +155,8 @@ class MathEnvConfig:
     difficulty: int | tuple[int, ...] = 1
     """Generator level(s) 0-5, see ``srpo_envs.math_tasks``; a tuple mixes levels."""
     split: str = "train"
-    """Generator stream: "train" or "test" (held-out)."""
+    """Generator split: "train", "validation" or "test", disjoint by question text
+    (``srpo_envs.splits``); the held-out ones are read by evaluations only."""
     task_seed: int = 0
     """Seed of the generator's task stream (the env's ``seed`` picks tasks from it)."""
     max_rounds: int = 2
@@ -185,8 +187,7 @@ class MathEnvConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 16:
                 raise ValueError(f"{name}={value!r}: expected an int >= 16")
-        if self.split not in ("train", "test"):
-            raise ValueError(f"split={self.split!r}: expected 'train' or 'test'")
+        check_split(self.split)
         self.difficulty = check_levels(self.difficulty)
         check_cost(self.cost_per_token, 0.0, self.token_counter)
         self.route = parse_default_route(self.default_route, self.n_solvers, True,
@@ -247,6 +248,14 @@ class MathEnv(EventEnv):
     def num_tasks(self) -> int | None:
         """Tasks in the dataset, or None for the unlimited generator."""
         return None if self._tasks is None else len(self._tasks)
+
+    def distinct_tasks(self, limit: int) -> int:
+        """Distinct tasks this env's source holds, counted up to ``limit`` (an evaluation
+        uses each once; a small generator level has fewer than asked)."""
+        if self._tasks is not None:
+            return min(limit, len(self._tasks))
+        return distinct_tasks(limit, self.config.difficulty, self.config.task_seed,
+                              self.config.split)
 
     def task(self, index: int) -> MathTask:
         """Task ``index`` of this env's source (for the generator: of its stream)."""

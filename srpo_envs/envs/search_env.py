@@ -94,6 +94,7 @@ from srpo_envs.retrieval import (
 from srpo_envs.routing import Route, TokenCounter, check_cost, parse_default_route, parse_route
 from srpo_envs.search_tasks import load_search_tasks
 from srpo_envs.search_world import SearchTask, World, build_world
+from srpo_envs.splits import check_split
 from srpo_envs.text import (
     as_data,
     check_prompt_overrides,
@@ -164,7 +165,8 @@ class SearchEnvConfig:
     max_turns: int = 4
     """Turns (single) or rounds (parallel, search_answer_verify); 1..32."""
     split: str = "train"
-    """Generated world's question split: "train" or "test" (disjoint people)."""
+    """Generated world's question split: "train", "validation" or "test" (disjoint
+    people)."""
     world_seed: int = 0
     world: str = "default"
     """The generated world's form: "default" (for real models) or "compact" (short names
@@ -209,8 +211,7 @@ class SearchEnvConfig:
                 raise ValueError(f"{name}={value!r}: expected an int in {low}..{high}")
         if self.world not in WORLDS:
             raise ValueError(f"world={self.world!r}: expected one of {WORLDS}")
-        if self.split not in ("train", "test"):
-            raise ValueError(f"split={self.split!r}: expected 'train' or 'test'")
+        check_split(self.split)
         self.hops = (self.hops,) if isinstance(self.hops, int) else tuple(self.hops)
         if not self.hops or not set(self.hops) <= {1, 2, 3}:
             raise ValueError(f"hops={self.hops!r}: expected a non-empty subset of (1, 2, 3)")
