@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +67,19 @@ class TrainConfig:
     the same return (advantage 0) out of the update instead of averaging them in."""
     beta: float = 0.0
     """Weight of the k3 KL to the initial policy (0 disables; no reference is kept)."""
+    adv_eps: float = 1e-6
+    """Added to the group's standard deviation of returns in the relative advantage
+    (R - mean) / (std + adv_eps); > 0."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip of each optimizer step."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts (also divides the learner's logits)."""
     max_new_tokens: int = 48
     """Most tokens one agent may generate per event."""
+    drop_unfinished: bool = False
+    """Send the env None instead of a response that hit max_new_tokens (no EOS), so the
+    event lists the agent as missing and the learner drops the event whole instead of
+    training on a cut-off text (srpo_agents.rollout). The tokens still count as cost."""
     max_turns: int = 3
     """Search env: turns or rounds; math solve_verify: rounds."""
     difficulty: tuple[int, ...] = (1,)
@@ -92,9 +99,9 @@ class TrainConfig:
     eval_every: int = 0
     """Also evaluate every N steps (0: only before and after)."""
     curve_tasks: int = 0
-    """Held-out tasks of the evaluations during training (the first ones of the
-    held-out set; 0: all ``eval_tasks``). The learning curve then shows before and
-    after on those same tasks."""
+    """Tasks of the evaluations during training (the first distinct ones of the
+    validation split; 0: ``eval_tasks``). The test split is read only by the evaluations
+    before and after training."""
     warmstart_minutes: float = 3.0
     """Tiny model only: time budget of the supervised warm start."""
     warmstart_steps: int = 0
@@ -121,7 +128,14 @@ class TrainConfig:
     """Tiny model only: folder that caches the warm start (default: the run directory),
     so that runs of several algorithms can share one."""
     warmstart_target: float = 0.2
-    """Tiny model only: stop the warm start once held-out sampled accuracy reaches this."""
+    """Tiny model only: stop the warm start once its sampled accuracy on validation tasks
+    reaches this."""
+    warmstart_episodes: int = 20000
+    """Tiny model only: reference-team episodes whose outputs the warm start imitates."""
+    warmstart_eval_tasks: int = 64
+    """Tiny model only: validation tasks of the warm start's accuracy checks."""
+    warmstart_batch_size: int = 64
+    """Tiny model only: rows per supervised step of the warm start."""
     compact_prompts: bool = False
     """Use the compact role prompts of ``srpo_agents.envs`` (always on for model "tiny",
     whose every prompt character is a token)."""
@@ -157,8 +171,12 @@ class TrainConfig:
     """Continue the run in --out from its last checkpoint."""
     extra_env_kwargs: dict[str, Any] = field(default_factory=dict)
     """JSON object of extra env constructor arguments (e.g. '{"hops": [1]}')."""
+    training: InitVar[bool] = True
+    """False for a config that only samples episodes (srpo eval, srpo rollout): the
+    checks that only an update needs (group_size >= 2) are skipped. Not a field: it is
+    neither recorded nor a flag."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, training: bool = True) -> None:
         spec = registry.get(self.env)  # an unknown id names the closest registered one
         spec.check_workflow(self.workflow)
         if self.algo not in ALGORITHMS:
@@ -169,7 +187,8 @@ class TrainConfig:
         if self.backend not in ("hf", "vllm"):
             raise ValueError(f"backend={self.backend!r}: expected 'hf' or 'vllm'")
         for name in ("n_agents", "group_size", "tasks_per_step", "eval_tasks", "eval_k",
-                     "max_new_tokens", "max_turns", "epochs", "microbatch_rows"):
+                     "max_new_tokens", "max_turns", "epochs", "microbatch_rows",
+                     "warmstart_episodes", "warmstart_eval_tasks", "warmstart_batch_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r}: expected an int >= 1")
@@ -177,6 +196,8 @@ class TrainConfig:
         if self.cost_per_tool_call and not spec.tool_calls:
             raise ValueError(f"cost_per_tool_call={self.cost_per_tool_call!r}: env "
                              f"{self.env!r} makes no tool calls")
+        if not isinstance(self.adv_eps, (int, float)) or not self.adv_eps > 0:
+            raise ValueError(f"adv_eps={self.adv_eps!r}: expected a number > 0")
         if not 0.0 <= self.warmstart_skill <= 1.0:
             raise ValueError(f"warmstart_skill={self.warmstart_skill!r}: expected a "
                              f"probability in [0, 1]")
@@ -193,9 +214,10 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}={value!r}: expected an int >= 0")
-        if self.group_size < 2:
+        if training and self.group_size < 2:
             raise ValueError(f"group_size={self.group_size!r}: a relative advantage needs "
-                             f"at least 2 rollouts per task")
+                             f"at least 2 rollouts per task (only training does: srpo "
+                             f"rollout takes --group-size 1)")
         self.warmstart_first_roles = tuple(self.warmstart_first_roles)
         if bool(self.warmstart_first_roles) != bool(self.warmstart_first_steps):
             raise ValueError(
@@ -239,9 +261,11 @@ class TrainConfig:
 
         flags = {spec.agents_argument: "--n-agents", spec.turns_argument: "--max-turns",
                  spec.levels_argument: "--difficulty"}
-        for split in ("train", "test"):
+        for split in ("train", "validation", "test"):
             try:
                 spec.check_kwargs(env_kwargs(self, split))
+            except registry.EnvArgumentError:
+                raise  # names the env and the EnvSpec field already
             except (ValueError, TypeError) as err:
                 hints = [f"{arg} takes {flag}" for arg, flag in flags.items()
                          if arg and str(err).startswith(f"{arg}=")]

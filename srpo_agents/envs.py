@@ -23,7 +23,9 @@ def run_settings(config: TrainConfig, split: str,
     return RunSettings(
         workflow=config.workflow, split=split, n_agents=config.n_agents,
         max_turns=config.max_turns,
-        dataset=config.dataset if split == "train" else config.eval_dataset,
+        # Dataset files keep their own splits: the training file serves the validation
+        # checks made during training; the test file is read by the final evaluation.
+        dataset=config.dataset if split in ("train", "validation") else config.eval_dataset,
         compact=config.compact_prompts, max_new_tokens=config.max_new_tokens,
         difficulty=config.difficulty, corpus=config.corpus, retriever=config.retriever,
         cost_per_token=config.cost_per_token, cost_per_tool_call=config.cost_per_tool_call,
@@ -32,7 +34,7 @@ def run_settings(config: TrainConfig, split: str,
 
 def env_kwargs(config: TrainConfig, split: str,
                token_counter: TokenCounter | None = None) -> dict[str, Any]:
-    """Constructor arguments for the training ("train") or held-out ("test") env.
+    """Constructor arguments for the "train", "validation" or "test" env.
     ``token_counter``: counts a text's tokens for the team cost (the policy's tokenizer)."""
     kwargs = get(config.env).kwargs(run_settings(config, split, token_counter))
     kwargs.update(config.extra_env_kwargs)

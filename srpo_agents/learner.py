@@ -4,18 +4,27 @@ clipping and AdamW, for several epochs over one batch of rollouts.
 
 Deliberate choices:
 - log-probs are ``log_softmax(logits / temperature)`` at the sampled ids, the same
-  quantity the rollout engine recorded, so at the first epoch the ratio is exactly 1
-  (up to float noise; the first mini-batch reports the largest deviation);
+  quantity the rollout engine recorded, scored with the model in eval mode (dropout
+  off) as the sampler ran, so at the first epoch the ratio is exactly 1 (up to float
+  noise) even for a model with dropout; ``first_epoch_max_abs_log_ratio`` is the largest
+  deviation over the first mini-batch, scored before the first optimizer step;
 - one optimizer step per mini-batch; a mini-batch holds whole units and is processed
   in micro-batches of whole units whose losses are weighted to sum to the mini-batch
   loss (units for set losses, tokens for token-mean losses), so memory is bounded
   without changing the objective;
-- the KL term is k3 = exp(ref - logp) - (ref - logp) - 1, token-mean, weight ``beta``;
-- diagnostics, all token means over response tokens: ``entropy`` is the policy's mean
-  token entropy on the sampled responses during the first epoch (before the first
-  optimizer step it is the behaviour policy's own), ``approx_kl`` the k3 estimate of
-  KL(behaviour || current), (r - 1) - log r with r = exp(logp - logp_old), averaged over
-  every micro-batch of the update (0 while on-policy; it grows with each step taken).
+- the KL term is k3 = exp(ref - logp) - (ref - logp) - 1 with weight ``beta``, averaged
+  at the loss's own level (``objective.reference_kl``: per unit for unit losses, per
+  token for token-mean losses), so the same micro-batch weights make it exact too;
+- every reported figure is the mean over the update's mini-batches of that mini-batch's
+  figure, computed as if it were one batch: ``loss``, ``kl``, ``clip_fraction`` and
+  ``ratio_mean`` at the loss's level (units or tokens), ``approx_kl`` over tokens,
+  ``max_abs_log_ratio`` the largest over the whole update; none depends on
+  ``microbatch_rows`` (nor, under data parallelism, on the number of ranks);
+- diagnostics over response tokens: ``entropy`` is the policy's mean token entropy on
+  the sampled responses during the first epoch (before the first optimizer step it is
+  the behaviour policy's own), ``approx_kl`` the k3 estimate of KL(behaviour ||
+  current), (r - 1) - log r with r = exp(logp - logp_old) (0 while on-policy; it grows
+  with each step taken).
 """
 
 from __future__ import annotations
@@ -30,7 +39,13 @@ import torch
 from srpo_agents import faults
 from srpo_agents.events import ActionUnit, event_atomic_batches
 from srpo_agents.generation import cache_kwarg
-from srpo_agents.objective import POLICY_LOSSES, Algorithm, LossConfig, LossInputs
+from srpo_agents.objective import (
+    POLICY_LOSSES,
+    Algorithm,
+    LossConfig,
+    LossInputs,
+    reference_kl,
+)
 from srpo_agents.policy import Policy
 from srpo_agents.rollout import Sample
 
@@ -196,6 +211,8 @@ class Learner:
         return groups + ([current] if current else [])
 
     def _loss(self, units: list[ActionUnit], advantages: torch.Tensor, with_entropy: bool):
+        """The micro-batch's loss (KL term included) and its figures, each a mean at the
+        level named in ``update``; plus its response tokens."""
         samples = [m for u in units for m in u.members]
         logp, mask, entropy = self.response_logprobs(self.policy.model, samples, with_entropy)
         logp_old = _pad([s.logprobs for s in samples], 0.0, torch.float32).to(self.device)
@@ -206,53 +223,79 @@ class Learner:
                             unit_size=torch.tensor([float(u.size) for u in units],
                                                    device=self.device),
                             advantages=advantages.to(self.device))
-        loss, metrics = self.loss_fn(inputs, self.loss_config)
-        tokens = mask.sum().clamp(min=1)
+        loss, figures = self.loss_fn(inputs, self.loss_config)
+        tokens = float(mask.sum())
         log_ratio = (logp.detach() - logp_old) * mask
-        metrics["max_abs_log_ratio"] = float(log_ratio.abs().max())
-        metrics["approx_kl"] = float(((log_ratio.exp() - 1 - log_ratio) * mask).sum() / tokens)
+        figures["max_abs_log_ratio"] = float(log_ratio.abs().max())
+        figures["approx_kl"] = float(((log_ratio.exp() - 1 - log_ratio) * mask).sum()
+                                     / max(tokens, 1.0))
         if entropy is not None:
-            metrics["entropy"] = float(entropy.sum() / tokens)
+            figures["entropy"] = float(entropy.sum() / max(tokens, 1.0))
         if self.reference is not None:
             with torch.no_grad():
                 ref, _, _ = self.response_logprobs(self.reference, samples)
-            delta = (ref - logp) * mask
-            kl = ((torch.exp(delta) - delta - 1) * mask).sum() / mask.sum().clamp(min=1)
+            kl = reference_kl(logp, ref, mask, unit_index, len(units), self.normalizer)
             loss = loss + self.config.beta * kl
-            metrics["kl"] = float(kl.detach())
-        return loss, metrics, float(mask.sum())
+            figures["kl"] = float(kl.detach())
+        figures["loss"] = float(loss.detach())
+        return loss, figures, tokens
 
     def update(self, units: list[ActionUnit], advantages: np.ndarray) -> dict[str, float]:
-        """Several epochs of clipped updates on ``units`` with one advantage per unit."""
+        """Several epochs of clipped updates on ``units`` with one advantage per unit.
+
+        The model is scored in eval mode and put back in the mode it came in. Eval mode
+        switches dropout off and nothing else: gradients flow as in train mode. The
+        behaviour log-probs were recorded with dropout off (the sampler runs in eval
+        mode), so scoring with it on would make the first-epoch ratio a dropout sample
+        instead of 1, and clip updates that never happened; on-policy RL trainers (verl,
+        TRL's GRPO) score without dropout for the same reason."""
         if not units:
             return {"updates": 0}
+        model = self.policy.model
+        was_training = model.training
+        model.eval()
+        try:
+            return self._update(units, advantages)
+        finally:
+            model.train(was_training)
+
+    def _update(self, units: list[ActionUnit], advantages: np.ndarray) -> dict[str, float]:
         adv_by_unit = {id(u): float(a) for u, a in zip(units, advantages, strict=True)}
         model = self.policy.model
-        model.train()
         size = self.config.minibatch_units or len(units)
         rank, world = _rank_and_world(self.config.data_parallel)
-        grad_norms, sums, count, first_dev = [], {}, 0, None
-        entropy_sum = entropy_count = 0.0
+        grad_norms = []
+        # Each figure summed with its share of its mini-batch (at its own level, over
+        # every rank), so a mini-batch's sum is its one-batch figure; maxima apart.
+        # Every rank holds the same keys (a rank may run no micro-batch of a mini-batch).
+        sums = dict.fromkeys(["loss", "approx_kl", "clip_fraction", "ratio_mean",
+                              "entropy_sum", "entropy_tokens"]
+                             + (["kl"] if self.reference is not None else []), 0.0)
+        maxima = {"max_abs_log_ratio": 0.0, "first_epoch_max_abs_log_ratio": 0.0}
         for epoch in range(self.config.epochs):
-            for batch in event_atomic_batches(units, size, self.rng):
+            for index, batch in enumerate(event_atomic_batches(units, size, self.rng)):
                 self.optimizer.zero_grad(set_to_none=True)
                 total_units = len(batch)
-                total_tokens = sum(len(m.response_ids) for u in batch for m in u.members)
+                total_tokens = max(sum(len(m.response_ids) for u in batch for m in u.members),
+                                   1)
                 for micro in self._microbatches(batch[rank::world]):
                     adv = torch.tensor([adv_by_unit[id(u)] for u in micro])
-                    loss, metrics, tokens = self._loss(micro, adv, with_entropy=epoch == 0)
-                    if "entropy" in metrics:
-                        entropy_sum += metrics.pop("entropy") * tokens
-                        entropy_count += tokens
+                    loss, figures, tokens = self._loss(micro, adv, with_entropy=epoch == 0)
+                    token_share = tokens / total_tokens
                     weight = (len(micro) / total_units if self.normalizer == "units"
-                              else tokens / max(total_tokens, 1))
+                              else token_share)
                     (loss * weight).backward()
-                    if first_dev is None:
-                        first_dev = metrics["max_abs_log_ratio"]
-                    for key, value in metrics.items():
-                        sums[key] = sums.get(key, 0.0) + value
-                    sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) * weight
-                    count += 1
+                    deviation = figures.pop("max_abs_log_ratio")
+                    maxima["max_abs_log_ratio"] = max(maxima["max_abs_log_ratio"], deviation)
+                    if epoch == 0 and index == 0:  # before the first optimizer step
+                        maxima["first_epoch_max_abs_log_ratio"] = max(
+                            maxima["first_epoch_max_abs_log_ratio"], deviation)
+                    if "entropy" in figures:
+                        sums["entropy_sum"] += figures.pop("entropy") * tokens
+                        sums["entropy_tokens"] += tokens
+                    sums["approx_kl"] += figures.pop("approx_kl") * token_share
+                    for key, value in figures.items():
+                        sums[key] = sums.get(key, 0.0) + value * weight
                 if world > 1:
                     _sum_gradients(model)
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
@@ -260,17 +303,14 @@ class Learner:
                 grad_norms.append(float(norm))
                 faults.kill_point("update")  # fault-injection tests: a kill mid-update
                 self.optimizer.step()
-        model.eval()
-        count = max(count, 1)  # a rank whose shards were all empty
-        out = {k: v / count for k, v in sums.items()}
-        out["loss"] = sums.get("loss", 0.0) / len(grad_norms)
-        norms = np.array(grad_norms)
-        out.update(updates=len(grad_norms), grad_norm=float(norms.mean()),
-                   grad_norm_cv=float(norms.std() / norms.mean()) if norms.mean() > 0 else 0.0,
-                   first_epoch_max_abs_log_ratio=float(first_dev or 0.0),
-                   entropy=entropy_sum / max(entropy_count, 1.0))
         if world > 1:
-            out = _combine_metrics(out)
+            sums, maxima = _combine_figures(sums, maxima)
+        entropy = sums.pop("entropy_sum") / max(sums.pop("entropy_tokens"), 1.0)
+        out = {k: v / len(grad_norms) for k, v in sums.items()}
+        norms = np.array(grad_norms)
+        out.update(maxima, updates=len(grad_norms), grad_norm=float(norms.mean()),
+                   grad_norm_cv=float(norms.std() / norms.mean()) if norms.mean() > 0 else 0.0,
+                   entropy=entropy)
         return out
 
 
@@ -307,16 +347,18 @@ def init_data_parallel() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def _combine_metrics(local: dict[str, float]) -> dict[str, float]:
-    """The update's figures over all ranks (each rank saw its shard): maxima for
-    ``max_*`` figures, means for the rest, so every rank reports the same numbers."""
+def _combine_figures(sums: dict[str, float], maxima: dict[str, float]
+                     ) -> tuple[dict[str, float], dict[str, float]]:
+    """The update's figures over all ranks: each rank summed its micro-batches' shares
+    of the global mini-batches, so the shares add up across ranks; maxima are maxima.
+    Every rank then reports the same numbers, the ones one process would."""
     import torch.distributed as dist
 
-    keys = sorted(local)
-    values = torch.tensor([float(local[k]) for k in keys], dtype=torch.float64)
-    maxima = values.clone()
-    dist.all_reduce(values, op=dist.ReduceOp.SUM)
-    dist.all_reduce(maxima, op=dist.ReduceOp.MAX)
-    world = dist.get_world_size()
-    return {k: float(maxima[i]) if "max" in k or k == "updates" else float(values[i]) / world
-            for i, k in enumerate(keys)}
+    keys = sorted(sums)
+    names = sorted(maxima)
+    totals = torch.tensor([float(sums[k]) for k in keys], dtype=torch.float64)
+    peaks = torch.tensor([float(maxima[k]) for k in names], dtype=torch.float64)
+    dist.all_reduce(totals, op=dist.ReduceOp.SUM)
+    dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+    return ({k: float(totals[i]) for i, k in enumerate(keys)},
+            {k: float(peaks[i]) for i, k in enumerate(names)})

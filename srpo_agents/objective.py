@@ -21,7 +21,9 @@ Shapes in ``LossInputs`` (R member rows, T response tokens, U action units):
 Deliberate choices: the set log-ratio is computed in log space and clipped once per unit
 (as the spec says); the per-output baselines use token-level ratios and token-mean
 aggregation, as their papers do; MAGRPO is REINFORCE with a group-mean baseline and no
-ratio. KL to a reference (k3) is added by the learner, the same for every loss.
+ratio. KL to a reference (k3, ``reference_kl``) is added by the learner for every loss,
+averaged at the loss's own level (over units, or over tokens), so a mini-batch split
+into micro-batches weighted by their share of units or tokens gives the same term.
 """
 
 from __future__ import annotations
@@ -179,9 +181,37 @@ def task_turn_agent_advantage(units: Sequence[UnitInfo], eps: float = 1e-6) -> n
 
 @register_adv_est("node_mean")
 def node_mean_advantage(units: Sequence[UnitInfo], eps: float = 1e-6) -> np.ndarray:
-    """MAGRPO (CoMLRL): R minus the mean return of the siblings sampled at the same node
-    (same pre-state), without dividing by the standard deviation."""
-    return group_relative(units, lambda u: (u.pre_state_id, u.agent_id), eps, scale=False)
+    """MAGRPO (Liu et al. 2025, arXiv 2508.04652; CoMLRL): A = R - mean of the returns of
+    the node's G siblings, no division by the standard deviation (CoMLRL's default
+    ``advantage_mode="mean"``; ``eps`` is unused).
+
+    Followed: CoMLRL ``comlrl/trainers/reinforce/magrpo.py`` (``MAGRPOTrainer.
+    _train_step_returns``, ``_compute_advantages``) and its docs
+    ``docs/content/docs/user-guide/multi-turn.md``. There a node of turn t holds G
+    joint actions sampled from one shared history; in the default "aligned" joint mode
+    joint action g is every agent's g-th sample and each agent's g-th output is credited
+    with joint action g's return; each joint action then spawns its own child node of G
+    (a tree, G^T leaves), and the return is r_t + gamma * mean(children's returns).
+
+    Here a node is (task, event index, event type, agent) across the G rollouts of a
+    task, and the return credited is the episode outcome (``events.build_units``). At
+    the first event this is CoMLRL's node exactly: the G rollouts share the pre-state
+    (the reset), and the K parallel solvers of rollout g are aligned joint action g. At
+    later events the rollouts do not branch (the rollout engine plays G independent
+    episodes, so the G siblings at event e do not share their pre-state: each followed
+    its own earlier actions); the group is the G actions of one agent at the same depth
+    of the same task. Differences from CoMLRL, kept so every method of the harness runs
+    on the same G rollouts per task: (1) the baseline at a later event averages over
+    different histories instead of one node's; (2) G actions per node instead of a
+    tree of G^T episodes; (3) no discount (gamma = 1) and one path's return instead of
+    the mean over a child node's G returns; every built-in env pays its reward at the
+    last event only, so the return from any event is the outcome; (4) no "cross" joint
+    mode (a Cartesian product of the members' samples needs re-scoring joint actions
+    the env never played). Grouping by the pre-state instead (the old definition) left
+    every role after the first event without siblings: advantage 0 for the aggregator
+    and the verifier in every episode."""
+    return group_relative(units, lambda u: (u.task_id, u.step_index, u.event_type,
+                                            u.agent_id), eps, scale=False)
 
 
 @register_policy_loss("reinforce")
@@ -193,6 +223,28 @@ def reinforce_loss(inputs: LossInputs, cfg: LossConfig) -> tuple[torch.Tensor, d
                             device=row_logp.device).index_add(0, inputs.unit_index, row_logp)
     loss = -(inputs.advantages.to(unit_logp.dtype) * unit_logp).mean()
     return loss, {"clip_fraction": 0.0, "ratio_mean": 1.0}
+
+
+def reference_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
+                 unit_index: torch.Tensor, n_units: int, per: str) -> torch.Tensor:
+    """k3 estimate of KL(pi || pi_ref): exp(d) - d - 1 with d = ref - logp, per token.
+
+    ``per="tokens"`` (token-mean losses): the mean over every response token.
+    ``per="units"`` (losses that average over units: sets, single outputs, MAGRPO's
+    sequences): each unit's token mean (its members' tokens pooled), then the mean over
+    units, so a long response does not weigh more in the penalty than in the loss.
+    Either way the term is a mean at the level the loss averages at: micro-batches
+    weighted by their share of that level add up to the mini-batch's term exactly."""
+    delta = (ref_logp - logp) * mask
+    k3 = (torch.exp(delta) - delta - 1) * mask                                     # [R, T]
+    if per == "tokens":
+        return k3.sum() / mask.sum().clamp(min=1)
+    if per != "units":
+        raise ValueError(f"per={per!r}: expected 'tokens' or 'units'")
+    zeros = torch.zeros(n_units, dtype=k3.dtype, device=k3.device)
+    unit_k3 = zeros.index_add(0, unit_index, k3.sum(dim=1))
+    unit_tokens = zeros.index_add(0, unit_index, mask.sum(dim=1).to(k3.dtype))
+    return (unit_k3 / unit_tokens.clamp(min=1)).mean()
 
 
 @dataclass(frozen=True)
@@ -232,7 +284,8 @@ ALGORITHMS: dict[str, Algorithm] = {
         "mean_task,turn,agent) / std_task,turn,agent; GRPO's loss")),
     "magrpo": Algorithm("output", "node_mean", "reinforce", about=(
         "MAGRPO (Liu et al. 2025, CoMLRL, arXiv 2508.04652): REINFORCE with A = R - mean of "
-        "the siblings sampled at the same node, no ratio, sequence-mean of token sums")),
+        "the G siblings at the same node = (task, event index, event type, agent), no "
+        "ratio, sequence-mean of token sums")),
 }
 
 

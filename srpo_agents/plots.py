@@ -44,14 +44,19 @@ def plot_runs(run_dirs: list[str], out: str | Path, metric: str = "accuracy",
         summary = Path(run_dir) / "summary.json"
         if summary.is_file():
             data = json.loads(summary.read_text())
-            points = [(0, data["before"]["avg_at_k"], data["before"]["avg_at_k_stderr"])]
-            points += [(r["step"] + 1, r["eval_avg_at_k"], r["eval_avg_at_k_stderr"])
-                       for r in rows if "eval_avg_at_k" in r]
-            points.append((data["config"]["steps"], data["after"]["avg_at_k"],
-                           data["after"]["avg_at_k_stderr"]))
+            points = [(0, data["before"]["avg_at_k"], data["before"]["avg_at_k_stderr"]),
+                      (data["config"]["steps"], data["after"]["avg_at_k"],
+                       data["after"]["avg_at_k_stderr"])]
             x, y, err = zip(*points, strict=True)
-            ax.errorbar(x, y, yerr=err, fmt="o--", capsize=3, color=line.get_color(),
-                        label=f"{label}: held-out avg@{data['after']['k']}")
+            ax.errorbar(x, y, yerr=err, fmt="o", capsize=3, color=line.get_color(),
+                        label=f"{label}: test avg@{data['after']['k']}")
+            # the evaluations during training read the validation split, not test
+            mids = [(r["step"] + 1, r["eval_avg_at_k"], r["eval_avg_at_k_stderr"])
+                    for r in rows if "eval_avg_at_k" in r]
+            if mids:
+                x, y, err = zip(*mids, strict=True)
+                ax.errorbar(x, y, yerr=err, fmt="s--", capsize=3, color=line.get_color(),
+                            label=f"{label}: validation avg@{data['after']['k']}")
     ax.set_xlabel("step")
     ax.set_ylabel(metric)
     ax.legend(fontsize=8)

@@ -39,7 +39,7 @@ from srpo_agents.checkpoint import (
     write_json_atomic,
 )
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
+from srpo_agents.envs import env_factory, env_kwargs
 from srpo_agents.evaluate import episode_correct, eval_pool, evaluate, paired_difference
 from srpo_agents.events import build_units
 from srpo_agents.learner import Learner, LearnerConfig
@@ -59,25 +59,52 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
 
     # The warm start runs on the CPU (a 1M-parameter model); the policy then moves.
     policy, meta = warm_start(Path(config.warmstart_dir or run_dir), env_factory(config, "train"),
-                      env_factory(config, "test"),
+                      env_factory(config, "validation"), key=warm_start_key(config),
                       minutes=config.warmstart_minutes, target=config.warmstart_target,
                       steps=config.warmstart_steps, skill=config.warmstart_skill,
                       warmup=DECAY_WARMUP if config.warmstart_decay else 0,
                       decay=config.warmstart_decay,
                       first_roles=config.warmstart_first_roles,
                       first_steps=config.warmstart_first_steps,
+                      episodes=config.warmstart_episodes,
+                      eval_tasks=config.warmstart_eval_tasks,
+                      batch_size=config.warmstart_batch_size,
                       seed=config.seed, max_new_tokens=config.max_new_tokens,
                       env_name=config.env, log=log)
     return place(policy, device, config.dtype), meta
+
+
+def warm_start_key(config: TrainConfig) -> dict[str, Any]:
+    """What shapes a run's warm start besides its own settings (``srpo_agents.warmstart``):
+    the env's arguments for the train and validation splits (workflow, agents, levels,
+    prompts, ...) and the hashes of the data files they read."""
+    from srpo_agents.warmstart import canonical, file_digest
+
+    return canonical({
+        "workflow": config.workflow,
+        "train_env": env_kwargs(config, "train"),
+        "validation_env": env_kwargs(config, "validation"),
+        "files": {name: file_digest(getattr(config, name))
+                  for name in ("dataset", "eval_dataset", "corpus")},
+    })
 
 
 def _task_count(envs: list) -> int | None:
     return getattr(envs[0], "num_tasks", None)
 
 
-def _eval_indices(config: TrainConfig, envs: list) -> list[int]:
-    total = _task_count(envs)
-    n = config.eval_tasks if total is None else min(config.eval_tasks, total)
+def _eval_indices(config: TrainConfig, envs: list, wanted: int | None = None,
+                  log=None) -> list[int]:
+    """The first ``wanted`` (default ``eval_tasks``) task indices of a held-out pool, or
+    all of its distinct tasks when it has fewer (each is then used once, and ``log``
+    says how many)."""
+    wanted = config.eval_tasks if wanted is None else wanted
+    counter = getattr(envs[0], "distinct_tasks", None)
+    total = counter(wanted) if counter is not None else _task_count(envs)
+    n = wanted if total is None else min(wanted, total)
+    if n < wanted and log is not None:
+        log(f"{envs[0].config.split if hasattr(envs[0], 'config') else 'held-out'} split: "
+            f"{n} distinct tasks (asked for {wanted}); each is used once")
     return list(range(n))
 
 
@@ -146,7 +173,9 @@ def train_step(engine: RolloutEngine, envs: list, options: list[dict], algorithm
     if gather is not None:  # data-parallel: the episodes every rank played
         rollouts = gather(rollouts)
     units, stats = build_units(rollouts, algorithm.unit)
-    advantages = estimator([u.info for u in units])
+    # Every learner of a run shares one LearnerConfig: its adv_eps is the run's.
+    adv_eps = next(iter(learners.values())).config.adv_eps
+    advantages = estimator([u.info for u in units], adv_eps)
     if dynamic_sampling:
         returns = _returns_by_task(rollouts)
         keep = [i for i, u in enumerate(units) if len(returns[u.info.task_id]) > 1]
@@ -161,8 +190,8 @@ def train_step(engine: RolloutEngine, envs: list, options: list[dict], algorithm
 
 def plot_curve(metrics_path: Path, png: Path, title: str, before: dict, after: dict,
                steps: int) -> None:
-    """Training accuracy per step and held-out avg@k (with standard error) at the
-    evaluations: before (step 0), every ``eval_every`` steps, after (last step)."""
+    """Training accuracy per step, test avg@k (with standard error) before (step 0) and
+    after (last step), and validation avg@k every ``eval_every`` steps."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -172,22 +201,21 @@ def plot_curve(metrics_path: Path, png: Path, title: str, before: dict, after: d
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot([r["step"] + 1 for r in rows], [r["accuracy"] for r in rows],
             label="training episodes: accuracy")
-    # The evaluations during training may use the first tasks only: before and after
-    # are shown on those same tasks, so the curve compares like with like.
-    tasks = min([r["eval_tasks"] for r in rows if "eval_tasks" in r] or [after["tasks"]])
-
     def point(step: int, result: dict) -> tuple[int, float, float]:
-        values = np.array(result["per_task_avg"][:tasks])
-        se = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
-        return step, float(values.mean()), se
+        return step, result["avg_at_k"], result["avg_at_k_stderr"]
 
-    evals = [point(0, before)]
-    evals += [(r["step"] + 1, r["eval_avg_at_k"], r["eval_avg_at_k_stderr"])
-              for r in rows if "eval_avg_at_k" in r]
-    evals.append(point(steps, after))
-    x, y, err = zip(*evals, strict=True)
-    ax.errorbar(x, y, yerr=err, fmt="o-", capsize=3,
-                label=f"held-out avg@{after['k']} ({tasks} tasks)")
+    # Test before and after (the final evaluation); validation during training, a split
+    # of its own, so the points between are not read from the test tasks.
+    x, y, err = zip(point(0, before), point(steps, after), strict=True)
+    ax.errorbar(x, y, yerr=err, fmt="o", capsize=3,
+                label=f"test avg@{after['k']} ({after['tasks']} tasks)")
+    mids = [(r["step"] + 1, r["eval_avg_at_k"], r["eval_avg_at_k_stderr"])
+            for r in rows if "eval_avg_at_k" in r]
+    if mids:
+        x, y, err = zip(*mids, strict=True)
+        ax.errorbar(x, y, yerr=err, fmt="s--", capsize=3,
+                    label=f"validation avg@{after['k']} ({rows[-1].get('eval_tasks', '?')} "
+                          f"tasks)")
     ax.set_xlabel("step")
     ax.set_ylabel("accuracy")
     ax.set_title(title)
@@ -235,14 +263,19 @@ def make_engine(config: TrainConfig, policy: Policy,
                 role_policies: dict[str, Policy] | None = None) -> RolloutEngine:
     return RolloutEngine(policy, max_new_tokens=config.max_new_tokens,
                          temperature=config.temperature, backend=config.backend,
-                         seed=config.seed, role_policies=role_policies or {})
+                         seed=config.seed, role_policies=role_policies or {},
+                         drop_unfinished=config.drop_unfinished)
 
 
-def held_out(config: TrainConfig, token_counter=None) -> tuple[list, list[int]]:
-    """The run's held-out env pool and task indices (the same for every algorithm).
-    ``token_counter``: the policy's token count, for the team cost (when it is on)."""
-    test_envs = eval_pool(env_factory(config, "test", token_counter), 256, config.seed + 1)
-    return test_envs, _eval_indices(config, test_envs)
+def held_out(config: TrainConfig, token_counter=None, split: str = "test", wanted=None,
+             log=None) -> tuple[list, list[int]]:
+    """The run's held-out env pool and task indices (the same for every algorithm):
+    the ``test`` split, read only by the evaluations before and after training, or the
+    ``validation`` split that the evaluations during training read. ``token_counter``:
+    the policy's token count, for the team cost (when it is on)."""
+    envs = eval_pool(env_factory(config, split, token_counter), 256,
+                     config.seed + (1 if split == "test" else 2))
+    return envs, _eval_indices(config, envs, wanted, log)
 
 
 def evaluate_start(config: TrainConfig, log=print, engine: RolloutEngine | None = None
@@ -287,7 +320,11 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     estimator = ADVANTAGE_ESTIMATORS[config.advantage or algorithm.advantage]
     train_envs = eval_pool(env_factory(config, "train", policy.count_tokens),
                            config.tasks_per_step * config.group_size, config.seed)
-    test_envs, eval_indices = held_out(config, policy.count_tokens)
+    test_envs, eval_indices = held_out(config, policy.count_tokens, log=log)
+    val_envs, val_indices = ([], [])
+    if config.eval_every:  # the curve during training reads validation tasks, never test
+        val_envs, val_indices = held_out(config, policy.count_tokens, "validation",
+                                         config.curve_tasks or config.eval_tasks, log)
     role_policies = {}
     if config.per_role_policies:
         role_policies = {role: Policy(copy.deepcopy(policy.model), policy.tokenizer,
@@ -304,7 +341,8 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         lr=config.lr, epochs=config.epochs, minibatch_units=config.minibatch_units,
         microbatch_rows=config.microbatch_rows, eps_low=config.eps_low,
         eps_high=config.eps_high, beta=config.beta, max_grad_norm=config.max_grad_norm,
-        temperature=config.temperature, data_parallel=config.data_parallel)
+        temperature=config.temperature, data_parallel=config.data_parallel,
+        adv_eps=config.adv_eps)
     policies = role_policies or {SHARED: policy}
     learners = {name: Learner(p, algorithm, learner_config, seed=config.seed)
                 for name, p in policies.items()}
@@ -327,9 +365,10 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         metrics_path.unlink()
     eval_seconds = {"before_after": 0.0}
 
-    def timed_eval(tag: str, indices: list[int] = eval_indices) -> tuple[dict[str, Any], float]:
+    def timed_eval(tag: str, indices: list[int] = eval_indices, envs: list = test_envs
+                   ) -> tuple[dict[str, Any], float]:
         tick = time.monotonic()
-        result = evaluate(engine, test_envs, indices, config.eval_k, tag=tag)
+        result = evaluate(engine, envs, indices, config.eval_k, tag=tag)
         return result, time.monotonic() - tick
 
     if before is None:
@@ -374,10 +413,10 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         row = _step_metrics(rollouts, stats, update, step, time.monotonic() - tick)
         row["updates_total"] = updates_total
         if config.eval_every and (step + 1) % config.eval_every == 0 and step + 1 < config.steps:
-            mid, spent = timed_eval(f"s{step}", eval_indices[:config.curve_tasks or None])
+            mid, spent = timed_eval(f"s{step}", val_indices, val_envs)
             row.update(eval_avg_at_k=mid["avg_at_k"], eval_avg_at_k_stderr=mid["avg_at_k_stderr"],
                        eval_pass_at_k=mid["pass_at_k"], eval_tasks=mid["tasks"],
-                       eval_seconds=spent)
+                       eval_split="validation", eval_seconds=spent)
         append_json_line(metrics_path, row)
         if board is not None:
             board.row(row)

@@ -7,13 +7,18 @@ the task's reference solution, aggregators the majority answer, verifiers a judg
 searchers the titles of supporting documents. Solver outputs that are not the reference
 solution are left out, so wrong arithmetic is never imitated.
 
-It stops at a *modest* accuracy (``target``, checked on held-out tasks by sampling) or
-at its time budget, whichever comes first, so RL has room to improve; the result is
-cached in the run directory (``warmstart/``) with the settings it was made with.
+It stops at a *modest* accuracy (``target``, checked by sampling on the env's
+``validation`` split, never on the test tasks the final evaluation scores) or at its time
+budget, whichever comes first, so RL has room to improve. The result is cached in the
+run directory (``warmstart/``) under a key of everything that shapes it: its own
+settings plus the caller's ``key`` (``run_key``: env, workflow, every env argument,
+prompts, the model's shape, seed, max_new_tokens and the hashes of the data files). A
+cache made under another key is rebuilt, and the log says which parts changed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -32,6 +37,40 @@ from srpo_agents.tiny import build_tiny_policy
 from srpo_envs import registry
 
 META = "warmstart.json"
+
+
+def canonical(value: Any) -> Any:
+    """``value`` as plain JSON data, for a cache key: tuples become lists, and an object
+    that JSON cannot hold (a token counter) becomes its type's name, so two runs with
+    the same settings get the same key in any process."""
+    def describe(obj: Any) -> str:
+        return f"<{type(obj).__module__}.{type(obj).__qualname__}>"
+
+    return json.loads(json.dumps(value, sort_keys=True, default=describe))
+
+
+def file_digest(path: str | Path | None) -> str | None:
+    """SHA-256 of a data file (None when there is no such file: a ``datasets`` name is
+    recorded by name in the env arguments)."""
+    if not path or not Path(path).is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """The (dotted) keys whose values differ between two settings dicts."""
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += changed_keys(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changed.append(prefix + key)
+    return changed
 
 
 def reference_examples(make_env: Callable[[int], Any], episodes: int, seed: int,
@@ -53,6 +92,9 @@ def reference_examples(make_env: Callable[[int], Any], episodes: int, seed: int,
                      if team.imitable(env, c)]
     return examples
 
+
+TINY_SHAPE = {"hidden_size": 128, "num_layers": 4, "num_heads": 4, "max_positions": 1024}
+"""The warm-started tiny model's shape (part of the cache key)."""
 
 DECAY_WARMUP = 20
 """Steps of linear lr warm-up before the cosine decay (``TrainConfig.warmstart_decay``)."""
@@ -101,23 +143,53 @@ def sft_loss(policy: Policy, batch: list[tuple[list[int], int]]) -> torch.Tensor
         ignore_index=-100)
 
 
+def sft_step(policy: Policy, optimizer: torch.optim.Optimizer, batch: list[tuple[list[int], int]],
+             scheduler=None, micro_rows: int = 16, max_grad_norm: float | None = 1.0
+             ) -> torch.Tensor:
+    """One supervised optimizer step on ``batch`` (encoded (ids, prompt length) rows):
+    the token-mean loss of each micro-batch, weighted by its share of rows, accumulated,
+    the gradient norm clipped, then the optimizer and scheduler stepped. Returns the last
+    micro-batch's loss. The one SFT step of the warm start, the learning tests' start and
+    the labs under ``benchmarks/labs``.
+
+    Micro-batches of 16 rows: large activation tensors cost more in fresh memory pages
+    than in arithmetic on a small CPU model (see ``srpo_agents.learner``)."""
+    # sorted by length so each micro-batch pads little
+    batch = sorted(batch, key=lambda e: len(e[0]))
+    optimizer.zero_grad(set_to_none=True)
+    loss = torch.tensor(float("nan"))
+    for start_row in range(0, len(batch), micro_rows):
+        micro = batch[start_row:start_row + micro_rows]
+        loss = sft_loss(policy, micro)
+        (loss * len(micro) / len(batch)).backward()
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(policy.model.parameters(), max_grad_norm)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss
+
+
 def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                make_eval_env: Callable[[int], Any], *, minutes: float, target: float,
                seed: int, max_new_tokens: int, steps: int = 0, episodes: int = 20000,
                check_every: int = 50, eval_tasks: int = 64, skill: float = 0.75,
                lr: float = 3e-3, batch_size: int = 64, warmup: int = 0, decay: bool = False,
                first_roles: tuple[str, ...] = (), first_steps: int = 0,
-               env_name: str, log=print) -> tuple[Policy, dict]:
+               env_name: str, key: dict | None = None, log=print) -> tuple[Policy, dict]:
     """Build (or load from ``run_dir/warmstart``) the warm-started tiny policy.
 
     It stops after ``steps`` optimizer steps (0: no limit), after ``minutes``, or once
-    the held-out accuracy checked every ``check_every`` steps reaches ``target``,
+    the validation accuracy checked every ``check_every`` steps reaches ``target``,
     whichever comes first. A step limit makes the result independent of the machine's
     speed; the time limit is then a safety cap. ``skill``: the scripted team's accuracy
     (see ``reference_examples``). ``warmup``: steps of linear lr warm-up; ``decay``:
     cosine decay of the lr to a tenth over ``steps`` (needs ``steps``). ``first_roles``,
     ``first_steps``: the first steps sample only those roles' examples (a curriculum:
-    short prompts that teach a skill, such as copying a name, before the long ones)."""
+    short prompts that teach a skill, such as copying a name, before the long ones).
+    ``make_eval_env`` must make envs of a validation split (module docstring); ``key``:
+    what else shapes the result (``srpo_agents.train.warm_start_key``), part of the cache
+    key."""
     if decay and not steps:
         raise ValueError("warm_start(decay=True) needs steps > 0: the cosine decay runs "
                          "over a known number of steps")
@@ -125,20 +197,26 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     settings = {"minutes": minutes, "target": target, "seed": seed, "episodes": episodes,
                 "check_every": check_every, "eval_tasks": eval_tasks, "skill": skill,
                 "steps": steps, "lr": lr, "batch_size": batch_size, "warmup": warmup,
-                "decay": decay, "version": 2}
-    if first_steps:  # only when used, so caches of earlier warm starts stay valid
-        settings.update(first_roles=list(first_roles), first_steps=first_steps)
+                "decay": decay, "max_new_tokens": max_new_tokens, "env": env_name,
+                "first_roles": list(first_roles), "first_steps": first_steps,
+                "model": TINY_SHAPE, "run": key or {}, "version": 3}
+    settings = canonical(settings)
     meta_path = out / META
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
         if meta.get("settings") == settings:
             log(f"warm start: cached in {out} (accuracy {meta['accuracy']:.3f})")
             return load_policy(str(out)), {**meta, "cached": True}
+        # the shallowest keys first: "env" says more than "run.train_env.prompts.solver"
+        changed = sorted(changed_keys(meta.get("settings") or {}, settings),
+                         key=lambda name: (name.count("."), name))
+        log(f"warm start: the cache in {out} was made with other settings (changed: "
+            f"{', '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}); rebuilding")
     torch.manual_seed(seed)
     examples = reference_examples(make_train_env, episodes=episodes, seed=seed, skill=skill,
                                   env_name=env_name)
     texts = [p for _, p, _ in examples] + [t for _, _, t in examples]
-    policy = build_tiny_policy(texts, Path(run_dir) / "tiny-init", seed=seed)
+    policy = build_tiny_policy(texts, Path(run_dir) / "tiny-init", seed=seed, **TINY_SHAPE)
     encoded = _encode(policy, examples)
     first_pool = [e for e, (role, _, _) in zip(encoded, examples, strict=True)
                   if role in first_roles]
@@ -157,26 +235,15 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
         policy.model.eval()
         accuracy = evaluate(engine, eval_envs, list(range(eval_tasks)), k=2,
                             tag="warm")["avg_at_k"]
-        log(f"warm start: step {step} loss {loss.item():.3f} held-out avg@2 "
+        log(f"warm start: step {step} loss {loss.item():.3f} validation avg@2 "
             f"{accuracy:.3f} ({time.monotonic() - start:.0f}s)")
         return accuracy
 
     while time.monotonic() - start < minutes * 60 and not (steps and done >= steps):
         policy.model.train()
-        # sorted by length so each micro-batch pads little
         pool = first_pool if done < first_steps else encoded
-        batch = sorted(rng.sample(pool, min(batch_size, len(pool))),
-                       key=lambda e: len(e[0]))
-        optimizer.zero_grad(set_to_none=True)
-        # Micro-batches of 16 rows: large activation tensors cost more in fresh memory
-        # pages than in arithmetic on a small CPU model (see srpo_agents.learner).
-        for start_row in range(0, len(batch), 16):
-            micro = batch[start_row:start_row + 16]
-            loss = sft_loss(policy, micro)
-            (loss * len(micro) / len(batch)).backward()
-        torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
+        loss = sft_step(policy, optimizer, rng.sample(pool, min(batch_size, len(pool))),
+                        scheduler)
         done += 1
         checked = None
         # Held-out checks serve the early stop; without one (target >= 1) the last

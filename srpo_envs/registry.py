@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +33,15 @@ from importlib.metadata import entry_points
 from typing import Any
 
 ENTRY_POINT_GROUP = "srpo.envs"
+# CPython's message for a keyword a function does not take
+_UNEXPECTED = re.compile(r"(?P<function>[\w.<>]+)\(\) got an unexpected keyword argument "
+                         r"'(?P<argument>\w+)'")
+
+
+class EnvArgumentError(TypeError, ValueError):
+    """An env constructor does not take an argument its ``EnvSpec`` passes it. A
+    ``TypeError`` as Python's own, and a ``ValueError`` so that ``srpo`` reports it as
+    bad input rather than a crash."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,9 @@ class EnvSpec:
     workflows: tuple[str, ...]
     description: str = ""
     agents_argument: str | None = "n_agents"
-    """The constructor argument that takes ``RunSettings.n_agents`` (None: none does)."""
+    """The constructor argument that takes ``RunSettings.n_agents`` (``--n-agents``). The
+    default ``"n_agents"`` suits a constructor with that argument; set the constructor's
+    own name for its agent count, or None when it has none."""
     turns_argument: str | None = None
     """The constructor argument that takes ``RunSettings.max_turns`` (None: none does)."""
     levels_argument: str | None = None
@@ -110,8 +123,65 @@ class EnvSpec:
         object.__setattr__(self, "workflows", tuple(self.workflows))
 
     def make(self, **kwargs: Any) -> Any:
-        """A fresh PettingZoo parallel env."""
-        return _resolve(self.entry_point, f"{self.name}.entry_point")(**kwargs)
+        """A fresh PettingZoo parallel env. An argument the constructor does not take is
+        an ``EnvArgumentError`` that names it and the spec field or flag it came from."""
+        constructor = _resolve(self.entry_point, f"{self.name}.entry_point")
+        try:
+            return constructor(**kwargs)
+        except TypeError as err:
+            match = _UNEXPECTED.search(str(err))
+            if isinstance(err, EnvArgumentError) or not match or match["argument"] not in kwargs:
+                raise
+            raise self.argument_error(f"{match['function']}()", match["argument"]) from err
+
+    def argument_error(self, function: str, argument: str) -> EnvArgumentError:
+        """The error for a constructor ``function`` that takes no ``argument``: which
+        ``EnvSpec`` field (or flag) passed it, and what to set instead."""
+        fields = {self.agents_argument: ("agents_argument", "the agent count (--n-agents)"),
+                  self.turns_argument: ("turns_argument", "the turn count (--max-turns)"),
+                  self.levels_argument: ("levels_argument",
+                                         "the difficulty levels (--difficulty)")}
+        if argument in fields:
+            name, what = fields[argument]
+            return EnvArgumentError(
+                f"env {self.name!r}: EnvSpec.{name}={argument!r} but {function} takes no "
+                f"argument {argument!r}: set {name} to the constructor's name for {what}, "
+                f"or None")
+        sources = {"prompts": "with compact prompts (EnvSpec.compact_prompts, always on for "
+                              "--model tiny): accept prompts=, or leave compact_prompts empty",
+                   "dataset": "by --dataset/--eval-dataset: accept dataset=",
+                   "token_counter": "with --cost-per-token: accept token_counter=",
+                   "cost_per_tool_call": "because EnvSpec.tool_calls=True: accept "
+                                         "cost_per_tool_call=, or set tool_calls=False"}
+        sources.update(dict.fromkeys(self.compact_kwargs, "from EnvSpec.compact_kwargs "
+                                                          "(with compact prompts)"))
+        sources.update(dict.fromkeys(self.shared_attributes,
+                                     "from EnvSpec.shared_attributes (the first env's "
+                                     "attribute, passed to the later ones)"))
+        sources.update(dict.fromkeys(("workflow", "split", "cost_per_token", "seed",
+                                      "render_mode"), "to every srpo env (EnvSpec.kwargs): "
+                                                      "accept it"))
+        source = sources.get(argument, "from extra_env_kwargs (--extra-env-kwargs) or "
+                                       "EnvSpec.kwargs_function")
+        return EnvArgumentError(f"env {self.name!r}: {function} takes no argument "
+                                f"{argument!r}, passed {source}")
+
+    def _check_signature(self, kwargs: Mapping[str, Any]) -> None:
+        """Without a ``config_class``: every argument must be one the constructor names
+        (unless it takes ``**kwargs``), so a run stops before its warm start."""
+        constructor = _resolve(self.entry_point, f"{self.name}.entry_point")
+        try:
+            parameters = inspect.signature(constructor).parameters.values()
+        except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+            return
+        if any(p.kind is p.VAR_KEYWORD for p in parameters):
+            return
+        names = {p.name for p in parameters
+                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        for argument in [*kwargs, "seed"]:  # every env of a run is made with a seed
+            if argument not in names:
+                function = getattr(constructor, "__qualname__", repr(constructor))
+                raise self.argument_error(f"{function}()", argument)
 
     def check_workflow(self, workflow: str) -> None:
         if workflow not in self.workflows:
@@ -151,8 +221,10 @@ class EnvSpec:
     def check_kwargs(self, kwargs: Mapping[str, Any]) -> None:
         """Validate constructor arguments through ``config_class`` (when the spec has one):
         a bad value's error names the argument; an unknown argument is named with the
-        known ones."""
+        known ones. Without one, the arguments are checked against the constructor's
+        signature."""
         if self.config_class is None:
+            self._check_signature(kwargs)
             return
         import dataclasses
 
@@ -163,6 +235,11 @@ class EnvSpec:
                   if k not in ("seed", "render_mode", *self.shared_attributes)
                   or (k in self.shared_attributes and isinstance(v, str))}
         unknown = sorted(set(values) - known) if known is not None else []
+        mapped = [u for u in unknown
+                  if u in (self.agents_argument, self.turns_argument, self.levels_argument)]
+        if mapped:
+            raise self.argument_error(f"{getattr(config_class, '__name__', config_class)}()",
+                                      mapped[0])
         if unknown:
             raise ValueError(f"{self.name} has no argument {unknown[0]!r}"
                              f"{_suggest(unknown[0], known)} (from extra_env_kwargs or a "

@@ -157,27 +157,63 @@ def test_algorithm_table_names_registered_functions():
 
 
 def test_baseline_groupings_by_hand():
-    # two tasks' outputs from two agents over two turns
+    # one task's outputs from three agents over two turns; the aggregators of e1 and e2
+    # saw different solutions (pre-states s1, s2), as they do whenever the solvers differ
     u = [UnitInfo("a", "e1", "solve", 0, "solver_0", "s0", 1.0),
          UnitInfo("a", "e2", "solve", 0, "solver_0", "s0", 0.0),
          UnitInfo("a", "e1", "aggregate", 1, "aggregator_0", "s1", 1.0),
-         UnitInfo("a", "e2", "aggregate", 1, "aggregator_0", "s2", 1.0),
+         UnitInfo("a", "e2", "aggregate", 1, "aggregator_0", "s2", 0.0),
          UnitInfo("a", "e3", "solve", 0, "solver_1", "s0", 0.0),
          UnitInfo("a", "e3", "solve", 0, "solver_1", "s0", 3.0)]
-    # Dr. MAS: (task, agent) groups: solver_0 {1, 0} -> +-1; aggregator {1, 1} -> 0;
+    # Dr. MAS: (task, agent) groups: solver_0 {1, 0} -> +-1; aggregator {1, 0} -> +-1;
     # solver_1 {0, 3} -> -+1
     np.testing.assert_allclose(ADVANTAGE_ESTIMATORS["task_agent"](u, eps=0.0),
-                               [1, -1, 0, 0, -1, 1])
+                               [1, -1, 1, -1, -1, 1])
     # AT-GRPO: (task, turn, agent): the same groups here, since each agent acts at one turn
     np.testing.assert_allclose(ADVANTAGE_ESTIMATORS["task_turn_agent"](u, eps=0.0),
-                               [1, -1, 0, 0, -1, 1])
-    # MAGRPO: siblings at the same node (pre-state, agent), R - mean, no std:
-    # (s0, solver_0) {1, 0} -> +-0.5; s1 and s2 alone -> 0; (s0, solver_1) {0, 3} -> -+1.5
+                               [1, -1, 1, -1, -1, 1])
+    # MAGRPO: siblings at the same node (task, event index, event type, agent), R - mean,
+    # no std: solver_0 {1, 0} -> +-0.5; aggregator {1, 0} -> +-0.5 (grouped by pre-state,
+    # as before, s1 and s2 had no sibling and the aggregator got 0);
+    # solver_1 {0, 3} -> -+1.5
     np.testing.assert_allclose(ADVANTAGE_ESTIMATORS["node_mean"](u, eps=0.0),
-                               [0.5, -0.5, 0, 0, -1.5, 1.5])
-    # GRPO: one task group over all six outputs: mean 1, population std 1
+                               [0.5, -0.5, 0.5, -0.5, -1.5, 1.5])
+    # GRPO: one task group over all six outputs: mean 5/6, population std sqrt(41/36)
+    rewards = np.array([1, 0, 1, 0, 0, 3])
     np.testing.assert_allclose(ADVANTAGE_ESTIMATORS["task"](u, eps=0.0),
-                               [0, -1, 0, 0, -1, 2])
+                               (rewards - rewards.mean()) / rewards.std())
+
+
+def test_magrpo_siblings_need_the_same_event_and_agent():
+    # a verifier at event 1 and one at event 3 (a second round) are not siblings, nor is
+    # a solver with a verifier at one event index, nor are two tasks' outputs
+    u = [UnitInfo("a", "e1", "verify", 1, "verifier_0", "x", 1.0),
+         UnitInfo("a", "e2", "verify", 1, "verifier_0", "y", 0.0),
+         UnitInfo("a", "e2", "verify", 3, "verifier_0", "z", 0.0),
+         UnitInfo("a", "e3", "solve", 1, "solver_0", "w", 5.0),
+         UnitInfo("b", "e4", "verify", 1, "verifier_0", "v", 7.0)]
+    np.testing.assert_allclose(ADVANTAGE_ESTIMATORS["node_mean"](u, eps=0.0),
+                               [0.5, -0.5, 0, 0, 0])
+
+
+def test_reference_kl_by_hand():
+    from srpo_agents.objective import reference_kl
+
+    # two units: unit 0 has rows 0 and 1 (3 tokens in all), unit 1 has row 2 (1 token)
+    logp = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    ref = torch.tensor([[1.0, 0.5], [-1.0, 9.0], [2.0, 9.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
+    index = torch.tensor([0, 0, 1])
+
+    def k3(d):
+        return math.exp(d) - d - 1
+
+    per_unit = [(k3(1.0) + k3(0.5) + k3(-1.0)) / 3, k3(2.0)]
+    assert reference_kl(logp, ref, mask, index, 2, "units").item() == pytest.approx(
+        sum(per_unit) / 2)
+    assert reference_kl(logp, ref, mask, index, 2, "tokens").item() == pytest.approx(
+        (k3(1.0) + k3(0.5) + k3(-1.0) + k3(2.0)) / 4)
+    assert reference_kl(ref, ref, mask, index, 2, "units").item() == 0.0
 
 
 def test_reinforce_loss_by_hand():

@@ -1,8 +1,8 @@
 """The copy skill under a microscope: how many steps the tiny policy needs before it
 copies a name, measured with a finer ruler than ``search_copy.py``.
 
-    python benchmarks/copy_lab.py searcher NAME SEED STEPS ['{"lr": 0.01, "batch": 16}']
-    python benchmarks/copy_lab.py pretrain NAME SEED STEPS
+    python benchmarks/labs/copy_lab.py searcher NAME SEED STEPS ['{"lr": 0.01, "batch": 16}']
+    python benchmarks/labs/copy_lab.py pretrain NAME SEED STEPS
 
 ``searcher``: a tiny policy trained on the searcher's oracle examples alone (compact
 world, one-hop, no slipped queries: the first phase of the search track's curriculum),
@@ -28,12 +28,15 @@ import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
+
 from search_track import track_config
 
 from srpo_agents.envs import env_factory
 from srpo_agents.policy import load_policy
 from srpo_agents.tiny import build_tiny_policy
-from srpo_agents.warmstart import _encode, lr_factor, reference_examples, sft_loss
+from srpo_agents.warmstart import _encode, lr_factor, reference_examples, sft_step
 
 OUT = Path("runs/copy-lab")
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -63,15 +66,7 @@ def train_steps(policy, encoded, rng, steps, lr, batch, schedule, every, report)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr, weight_decay=0.01)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     for step in range(1, steps + 1):
-        rows = sorted(rng.sample(encoded, batch), key=lambda e: len(e[0]))
-        optimizer.zero_grad(set_to_none=True)
-        for start in range(0, batch, 16):
-            micro = rows[start:start + 16]
-            loss = sft_loss(policy, micro)
-            (loss * len(micro) / batch).backward()
-        torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
+        loss = sft_step(policy, optimizer, rng.sample(encoded, batch), scheduler)
         if step % every == 0 and report(step, loss.item()):
             return
 

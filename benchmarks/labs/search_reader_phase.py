@@ -1,7 +1,7 @@
 """A reader phase after the search track's warm start: does the answerer learn to copy
 the city out of the passage at any budget?
 
-    python benchmarks/search_reader_phase.py --start runs/search-pilot9/search_answer_verify
+    python benchmarks/labs/search_reader_phase.py --start runs/search-pilot9/search_answer_verify
         [--steps 900] [--measure-every 300] [--threads 1] [--out runs/search-reader]
 
 ``--start``: a run folder of ``benchmarks/search_track.py`` (its ``warmstart`` policy is
@@ -19,17 +19,21 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
+
 from search_track import measure, track_config
 
 from srpo_agents.checkpoint import save_pretrained_atomic
 from srpo_agents.envs import env_factory
 from srpo_agents.policy import load_policy
 from srpo_agents.rollout import RolloutEngine
-from srpo_agents.warmstart import DECAY_WARMUP, _encode, lr_factor, reference_examples, sft_loss
+from srpo_agents.warmstart import DECAY_WARMUP, _encode, lr_factor, reference_examples, sft_step
 
 READERS = ("answerer", "verifier")
 
@@ -62,14 +66,7 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         policy.model.train()
         pool = readers if step % 4 else encoded
-        batch = sorted(rng.sample(pool, 64), key=lambda e: len(e[0]))
-        optimizer.zero_grad(set_to_none=True)
-        for row in range(0, 64, 16):
-            loss = sft_loss(policy, batch[row:row + 16])
-            (loss * 16 / 64).backward()
-        torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
+        loss = sft_step(policy, optimizer, rng.sample(pool, 64), scheduler)
         if step % 50 == 0:
             print(f"step {step} loss {loss.item():.3f} {time.monotonic() - started:.0f}s",
                   flush=True)

@@ -1,7 +1,7 @@
 """How fast does the tiny policy learn to copy a name into a query? The skill the search
 track hinges on, measured alone.
 
-    python benchmarks/search_copy.py [--steps 300] [--seeds 0 1] [--tasks 200]
+    python benchmarks/labs/search_copy.py [--steps 300] [--seeds 0 1] [--tasks 200]
         [--out runs/search-copy]
 
 Per seed: a warm start of the tiny policy (``srpo_agents.warmstart``; batch 64, lr 3e-3,
@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 
 from machine import describe, write_results
 from search_track import track_config
@@ -32,7 +35,8 @@ from srpo_agents.warmstart import warm_start
 def copy_rate(steps: int, seed: int, tasks: int, out: Path) -> dict:
     config = track_config("search_answer_verify", str(out), steps, 60.0, seed)
     make_test = env_factory(config, "test")
-    policy, meta = warm_start(out, env_factory(config, "train"), make_test, minutes=60.0,
+    policy, meta = warm_start(out, env_factory(config, "train"),
+                              env_factory(config, "validation"), minutes=60.0,
                               target=1.0, seed=seed, max_new_tokens=32, steps=steps,
                               episodes=6000, eval_tasks=4, skill=1.0, warmup=20, decay=True,
                               first_roles=("searcher",), first_steps=steps,
@@ -63,7 +67,7 @@ def main() -> None:
     for seed in args.seeds:
         rows.append(copy_rate(args.steps, seed, args.tasks, Path(args.out) / f"seed{seed}"))
         print(json.dumps(rows[-1]), flush=True)
-    command = (f"python benchmarks/search_copy.py --steps {args.steps} --seeds "
+    command = (f"python benchmarks/labs/search_copy.py --steps {args.steps} --seeds "
                f"{' '.join(map(str, args.seeds))} --tasks {args.tasks} --out {args.out}")
     lines = ["# Copying a name into a query: the tiny searcher alone", "",
              f"Command: `{command}`", "", f"Machine: {describe()}.", "",
