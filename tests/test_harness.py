@@ -66,6 +66,10 @@ def test_every_preset_builds_valid_configs(name):
     for env, label in preset["pairs"]:
         workflow, settings, warm = pair_settings(preset, env, label)
         assert (env, warm) in preset["pairs"]
+        # TrainConfig checks that its files exist: skip with the reason before it does
+        for key in ("dataset", "eval_dataset", "corpus"):
+            if settings.get(key) and not Path(settings[key]).is_file():
+                pytest.skip(f"{settings[key]} is absent (../shared/data)")
         for algo in preset["algos"]:
             config = TrainConfig(env=env, workflow=workflow, algo=algo, **settings)
             assert config.algo == algo
