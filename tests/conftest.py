@@ -12,3 +12,23 @@ def shared_file(*parts: str) -> Path:
         pytest.skip(f"benchmark data {path} is absent (it lives in ../shared/data beside "
                     f"the repository)")
     return path
+
+
+@pytest.fixture
+def no_loopback_proxy(monkeypatch):
+    """urllib consults no_proxy on every request; the test servers are all on 127.0.0.1."""
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+@pytest.fixture(scope="module")
+def math_tiny_dir(tmp_path_factory):
+    """A tiny policy folder whose tokenizer read 300 math-parallel questions."""
+    from srpo_agents.tiny import build_tiny_policy
+    from srpo_envs import math_v0
+
+    env = math_v0.parallel_env(workflow="parallel", seed=0)
+    texts = [env.task(i).question + env.task(i).solution for i in range(300)]
+    out = tmp_path_factory.mktemp("tiny")
+    build_tiny_policy(texts, out, hidden_size=64, num_layers=2, num_heads=2, seed=0)
+    return out

@@ -17,21 +17,15 @@ from srpo_agents.events import ActionUnit, build_units, event_atomic_batches
 from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS, UnitInfo
 from srpo_agents.rollout import Rollout, RolloutEngine, Sample
-from srpo_agents.tiny import build_tiny_policy
 from srpo_agents.train import train
-from srpo_envs import math_v0
 from srpo_envs.transition import ConsumedOutput, Transition
 
 CONFIG = dict(env="SRPO-Math-v0", workflow="parallel", n_agents=3, compact_prompts=True)
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    env = math_v0.parallel_env(workflow="parallel", seed=0)
-    texts = [env.task(i).question + env.task(i).solution for i in range(300)]
-    out = tmp_path_factory.mktemp("tiny")
-    build_tiny_policy(texts, out, hidden_size=64, num_layers=2, num_heads=2, seed=0)
-    return out
+def tiny_dir(math_tiny_dir):
+    return math_tiny_dir
 
 
 def fresh_policy(tiny_dir):

@@ -17,13 +17,24 @@ a small alphabet:
 
 The starting policy is a fresh tiny model given, by supervised steps, the skill but not
 the habit: it copies the letter when the prompt says ``copy``, and answers the prompts
-of these envs (``say``, ``relay``) with the named letter only 30% of the time (else a
-random one). So it starts low (about 0.3 for copy, 0.2 for pair, 0.1 for relay) and RL
-has to make it use its skill where the reward asks for it. Two starts that do not work,
-found while building these tests: a policy that answers these prompts uniformly at
-random (its output does not depend on the prompt at all) barely learns in this budget,
-and with a sparse team reward (1/16) it collapses onto always naming one letter, which
-earns 1/4 and leaves every group with one return, so no advantage is left to learn from.
+of these envs (``say``, ``relay``) with the named letter only a little more often than
+chance (a habit of 10% on top of a uniform letter). RL has to make it use its skill where
+the reward asks for it.
+
+The start is trained to a *measured level*, not for a fixed number of steps: after each
+chunk of supervised steps the fixture computes the exact first-token probabilities (no
+sampling) and stops once the copy skill is >= 0.95 and the habit is in its band. With a
+fixed step count the start depended on the CPU's float kernels (AVX-512 against AVX2),
+because the old fixture stopped on a plateau where the model still answered uniformly.
+
+Why the letter is written eight times (``say cccccccc:``): a 2-layer model at
+initialization attends almost uniformly, so a repeated letter reaches the answer position
+without a learned positional head. With the letter written once, the copy skill stayed at
+chance for 600 supervised steps (measured, seed 0, lr 3e-3 and 1e-2); written eight
+times it passes 0.95 in about 100 steps. Found while building these tests: a policy that
+answers uniformly at random (no dependence on the prompt) barely learns in this budget,
+and with a sparse team reward it can collapse onto always naming one letter, which leaves
+every group with one return and no advantage to learn from.
 """
 
 from __future__ import annotations
@@ -45,8 +56,31 @@ from srpo_agents.warmstart import sft_loss
 from srpo_envs.event_env import EventEnv, EventOutcome
 
 ALPHABET = "abcd"
-HABIT = 0.3
-SFT_STEPS = 150
+REPEAT = 8            # the letter is written this many times in a prompt (module doc)
+HABIT = 0.1           # supervised share of "name the letter" answers to say/relay prompts
+COPY_LEVEL = 0.95     # the start's copy skill: mean P(letter | "copy <letter>")
+# the start's habit: mean P(named letter | say/relay prompt); HABIT + (1 - HABIT) / 4 = 0.325
+# at convergence, and 0.25 means the answer ignores the prompt
+HABIT_BAND = (0.28, 0.37)
+SFT_CHUNK, SFT_MAX_STEPS = 10, 800
+START_SEEDS = (0, 1, 2)
+# Every algorithm learns from start 0; starts 1 and 2 check the three distinct update
+# paths (the set ratio, the per-token ratio, REINFORCE) so the margin is not one start's
+# luck. benchmarks/learning_margin.py runs every case from every start under each CPU
+# kernel path (default, avx2, avx512).
+OTHER_START_ALGOS = ("srpo", "grpo", "magrpo")
+
+
+def say(letter: str) -> str:
+    return f"say {letter * REPEAT}:"
+
+
+def relay(letter: str) -> str:
+    return f"relay {letter * REPEAT}:"
+
+
+def copy_prompt(letter: str) -> str:
+    return f"copy {letter * REPEAT}:"
 
 
 class LetterEnv(EventEnv):
@@ -71,13 +105,13 @@ class LetterEnv(EventEnv):
     def _begin(self, letter: str) -> str:
         self._letter = letter
         first = ["caller_0"] if self.kind == "relay" else self.possible_agents
-        self._first_prompts = {a: f"say {letter}:" for a in first}
+        self._first_prompts = {a: say(letter) for a in first}
         return f"letter-{letter}"
 
     def _consume(self, texts: Mapping[str, str | None]) -> EventOutcome:
         if "caller_0" in texts:
             self._called = (texts["caller_0"] or "")[:1]
-            return EventOutcome("call", next_prompts={"echo_0": f"relay {self._called}:"})
+            return EventOutcome("call", next_prompts={"echo_0": relay(self._called or " ")})
         if self.kind == "relay":
             ok = self._called == self._letter and (texts["echo_0"] or "")[:1] == self._called
         else:
@@ -86,37 +120,77 @@ class LetterEnv(EventEnv):
                             info={"correct": ok})
 
 
-@pytest.fixture(scope="module")
-def chance_policy(tmp_path_factory):
-    """A fresh tiny policy that copies the letter of a ``copy`` prompt and answers every
-    prompt of the three envs with a uniformly random letter (supervised steps)."""
-    prompts = [f"say {c}:" for c in ALPHABET] + [f"relay {c}:" for c in ALPHABET]
-    copy_prompts = [f"copy {c}:" for c in ALPHABET]
-    policy = build_tiny_policy(prompts + copy_prompts, tmp_path_factory.mktemp("tiny"), hidden_size=64,
-                               num_layers=2, num_heads=2, seed=0)
+def first_token_levels(policy) -> dict[str, float]:
+    """Exact mean probabilities of the first answer token (eval mode, no sampling):
+    ``copy`` = P(letter | copy prompt), ``habit`` = P(named letter | say or relay prompt)."""
+    levels = {"copy": [], "habit": []}
+    was_training = policy.model.training
+    policy.model.eval()
+    with torch.no_grad():
+        for letter in ALPHABET:
+            letter_id = policy.tokenizer(letter, add_special_tokens=False)["input_ids"][0]
+            for kind, prompt in (("copy", copy_prompt(letter)), ("habit", say(letter)),
+                                 ("habit", relay(letter))):
+                ids = torch.tensor([policy.prompt_ids("any", prompt)])
+                probs = torch.softmax(policy.model(ids).logits[0, -1].float(), -1)
+                levels[kind].append(float(probs[letter_id]))
+    policy.model.train(was_training)
+    return {kind: float(np.mean(values)) for kind, values in levels.items()}
+
+
+def skilled_start(seed: int, out_dir) -> tuple:
+    """A fresh tiny policy trained by supervised chunks until its copy skill and habit
+    reach their levels (module docstring); returns (policy, levels, steps)."""
+    prompts = [say(c) for c in ALPHABET] + [relay(c) for c in ALPHABET]
+    copies = [copy_prompt(c) for c in ALPHABET]
+    policy = build_tiny_policy(prompts + copies, out_dir, hidden_size=64, num_layers=2,
+                               num_heads=2, seed=seed)
     eos = policy.tokenizer.eos_token_id
-    rng = random.Random(0)
-    torch.manual_seed(0)
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=3e-3)
-    encoded = {p: policy.prompt_ids("any", p) for p in prompts + copy_prompts}
+    encoded = {p: policy.prompt_ids("any", p) for p in prompts + copies}
     letter_ids = {c: policy.tokenizer(c, add_special_tokens=False)["input_ids"] for c in ALPHABET}
     policy.model.train()
-    for _ in range(SFT_STEPS):
-        batch = []
-        for _ in range(64):
-            if rng.random() < 0.5:
-                letter = rng.choice(ALPHABET)
-                prompt = encoded[f"copy {letter}:"]
-            else:
-                text = rng.choice(prompts)
-                prompt = encoded[text]
-                letter = text[-2] if rng.random() < HABIT else rng.choice(ALPHABET)
-            batch.append((prompt + letter_ids[letter] + [eos], len(prompt)))
-        optimizer.zero_grad()
-        sft_loss(policy, batch).backward()
-        optimizer.step()
+    levels, steps = first_token_levels(policy), 0
+    while steps < SFT_MAX_STEPS and not (
+            levels["copy"] >= COPY_LEVEL and HABIT_BAND[0] <= levels["habit"] <= HABIT_BAND[1]):
+        for _ in range(SFT_CHUNK):
+            batch = []
+            for _ in range(64):
+                if rng.random() < 0.5:
+                    letter = rng.choice(ALPHABET)
+                    prompt = encoded[copy_prompt(letter)]
+                else:
+                    text = rng.choice(prompts)
+                    prompt = encoded[text]
+                    letter = text[-2] if rng.random() < HABIT else rng.choice(ALPHABET)
+                batch.append((prompt + letter_ids[letter] + [eos], len(prompt)))
+            optimizer.zero_grad()
+            sft_loss(policy, batch).backward()
+            optimizer.step()
+        steps += SFT_CHUNK
+        levels = first_token_levels(policy)
     policy.model.eval()
-    return policy
+    return policy, levels, steps
+
+
+_STARTS: dict[int, object] = {}
+
+
+@pytest.fixture(scope="module")
+def skilled(tmp_path_factory):
+    """The skilled start of a seed (module docstring), built once, its levels asserted."""
+    def start(seed: int):
+        if seed not in _STARTS:
+            policy, levels, steps = skilled_start(seed, tmp_path_factory.mktemp(f"tiny{seed}"))
+            assert levels["copy"] >= COPY_LEVEL, (
+                f"start {seed}: copy skill {levels} after {steps} supervised steps")
+            assert HABIT_BAND[0] <= levels["habit"] <= HABIT_BAND[1], (
+                f"start {seed}: habit {levels} after {steps} steps is outside {HABIT_BAND}")
+            _STARTS[seed] = policy
+        return _STARTS[seed]
+    return start
 
 
 def zero_advantage(units, eps: float = 1e-6) -> np.ndarray:
@@ -146,31 +220,37 @@ def train_rewards(policy, kind: str, algo: str, steps: int, estimator=None,
     return (rewards, policy) if return_policy else rewards
 
 
-# kind: (steps, level the mean reward of the last 3 steps must reach). The starts are
-# about 0.28 (copy), 0.19 (pair) and 0.09 (relay).
-CASES = {"copy": (20, 0.5), "pair": (20, 0.38), "relay": (20, 0.38)}
+# kind: (steps, level the mean reward of the last 3 steps must reach). From the start
+# (about 0.33 copy, 0.2 pair, 0.15 relay) every case reached 0.8 or more by then on
+# every start and kernel path measured (benchmarks/results/learning_margin.md).
+CASES = {"copy": (10, 0.7), "pair": (10, 0.7), "relay": (10, 0.7)}
+START_LIMIT = 0.45  # the first step's reward (before any update) is near chance
+LEARNING_CASES = [(0, kind, algo) for kind in sorted(CASES) for algo in sorted(ALGORITHMS)]
+LEARNING_CASES += [(seed, kind, algo) for seed in START_SEEDS[1:] for kind in sorted(CASES)
+                   for algo in OTHER_START_ALGOS]
 
 
-@pytest.mark.parametrize("kind", sorted(CASES))
-@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
-def test_every_algorithm_learns(chance_policy, kind, algo):
+@pytest.mark.parametrize("seed,kind,algo", LEARNING_CASES,
+                         ids=[f"start{s}-{k}-{a}" for s, k, a in LEARNING_CASES])
+def test_every_algorithm_learns(skilled, seed, kind, algo):
     steps, level = CASES[kind]
-    rewards = train_rewards(chance_policy, kind, algo, steps)
-    start, end = np.mean(rewards[:2]), np.mean(rewards[-3:])
-    assert start < 0.35, f"{kind}: the start is not near chance ({start:.2f})"
-    assert end >= level, f"{algo} on {kind}: reward {start:.2f} -> {end:.2f} < {level}"
+    rewards = train_rewards(skilled(seed), kind, algo, steps)
+    start, end = rewards[0], float(np.mean(rewards[-3:]))
+    assert start < START_LIMIT, f"{kind}: the start is not near chance ({start:.2f})"
+    assert end >= level, f"{algo} on {kind} from start {seed}: reward {start:.2f} -> {end:.2f} < {level}"
 
 
 @pytest.mark.parametrize("kind", sorted(CASES))
-def test_no_learning_without_advantages(chance_policy, kind):
+def test_no_learning_without_advantages(skilled, kind):
     """The same run with every advantage forced to 0: the policy must not move, and the
     reward must stay below the level the learning tests ask for (so reaching it there
     is learning, not the starting policy's luck)."""
     steps, level = CASES[kind]
-    rewards, policy = train_rewards(chance_policy, kind, "srpo", steps,
-                                    estimator=zero_advantage, return_policy=True)
+    start = skilled(0)
+    rewards, policy = train_rewards(start, kind, "srpo", steps, estimator=zero_advantage,
+                                    return_policy=True)
     assert np.mean(rewards[-3:]) < level and np.mean(rewards) < level, rewards
-    for before, after in zip(chance_policy.model.parameters(), policy.model.parameters(),
+    for before, after in zip(start.model.parameters(), policy.model.parameters(),
                              strict=True):
         assert torch.equal(before, after)
 
@@ -179,7 +259,7 @@ def test_letter_env_rewards_only_the_full_team():
     env = LetterEnv("relay", seed=0)
     env.reset(options={"task_index": 1})                  # letter b
     observations, *_ = env.step({"caller_0": "b"})
-    assert observations["echo_0"] == "relay b:"
+    assert observations["echo_0"] == relay("b")
     _, rewards, *_ = env.step({"echo_0": "b"})
     assert rewards["caller_0"] == 1.0
     env.reset(options={"task_index": 1})

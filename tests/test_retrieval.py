@@ -495,11 +495,8 @@ def test_search_env_with_the_dense_retriever(tmp_path):
 
 # --- remote ----------------------------------------------------------------------------
 
-@pytest.fixture(autouse=True)
-def _no_proxy_for_loopback(monkeypatch):
-    # urllib consults no_proxy on every request; the test servers are all on 127.0.0.1.
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+# every test here may talk to a server on 127.0.0.1: no proxy for it
+pytestmark = pytest.mark.usefixtures("no_loopback_proxy")
 
 
 def _search_r1_answer(path, body, release):

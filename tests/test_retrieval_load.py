@@ -21,10 +21,8 @@ from tests.loopback import serve
 REQUESTS, THREADS = 1000, 16
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy_for_loopback(monkeypatch):
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+# every test here may talk to a server on 127.0.0.1: no proxy for it
+pytestmark = pytest.mark.usefixtures("no_loopback_proxy")
 
 
 def _rss_mb() -> float:

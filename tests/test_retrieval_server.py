@@ -23,10 +23,8 @@ RECORDS = [{"id": f"p{i}", "title": title, "text": text} for i, (title, text) in
 ])]
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy_for_loopback(monkeypatch):
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+# every test here may talk to a server on 127.0.0.1: no proxy for it
+pytestmark = pytest.mark.usefixtures("no_loopback_proxy")
 
 
 @pytest.fixture(scope="module")

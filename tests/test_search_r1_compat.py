@@ -44,10 +44,8 @@ SEARCH_R1_ROWS = [
 QUERY = "capital city of France"  # matches five of the six rows, so topk 5 is filled
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy_for_loopback(monkeypatch):
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+# every test here may talk to a server on 127.0.0.1: no proxy for it
+pytestmark = pytest.mark.usefixtures("no_loopback_proxy")
 
 
 @pytest.fixture(scope="module")
