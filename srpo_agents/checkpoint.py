@@ -227,12 +227,11 @@ def save_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict
     return final
 
 
-def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """(payload, tensors) of one checkpoint folder after verifying both checksums; a
-    ``CheckpointError`` naming the bad file otherwise."""
-    from safetensors.torch import load_file
-
-    state_path, tensor_path = folder / "state.json", folder / "tensors.safetensors"
+def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(payload, the whole state.json) of one checkpoint folder after verifying the
+    payload's checksum and the format, without reading the tensors (what a command that
+    only needs the run's settings reads); a ``CheckpointError`` naming the file otherwise."""
+    state_path = folder / "state.json"
     try:
         state = json.loads(state_path.read_text(encoding="utf-8"))
         payload, expected = state["payload"], state["payload_sha256"]
@@ -242,6 +241,16 @@ def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tenso
         raise CheckpointError(f"{state_path}: its payload does not match its checksum")
     if state.get("format") != FORMAT:
         raise CheckpointError(f"{state_path}: format {state.get('format')!r}, expected {FORMAT}")
+    return payload, state
+
+
+def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(payload, tensors) of one checkpoint folder after verifying both checksums; a
+    ``CheckpointError`` naming the bad file otherwise."""
+    from safetensors.torch import load_file
+
+    state_path, tensor_path = folder / "state.json", folder / "tensors.safetensors"
+    payload, state = read_state(folder)
     if not tensor_path.is_file() or _sha256(tensor_path) != state["tensors_sha256"]:
         raise CheckpointError(f"{tensor_path} is missing, truncated or corrupt (its SHA-256 "
                               f"does not match {state_path})")

@@ -182,13 +182,13 @@ def recorded_config(run_dir: Path) -> tuple[dict, Path] | None:
     """(config, the file it came from) that a run directory recorded: its newest
     checkpoint's (written at every save and at the last step), else its summary.json
     (a run of 0 steps); None for a folder that holds neither (a bare model)."""
-    from srpo_agents.checkpoint import checkpoint_dirs
+    from srpo_agents.checkpoint import CheckpointError, checkpoint_dirs, read_state
 
     for folder in checkpoint_dirs(run_dir):
         try:
-            state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
-            return dict(state["payload"]["config"]), folder / "state.json"
-        except (OSError, ValueError, KeyError, TypeError):
+            payload, _ = read_state(folder)
+            return dict(payload["config"]), folder / "state.json"
+        except (CheckpointError, KeyError, TypeError):
             continue  # a torn checkpoint: the older one recorded the same settings
     summary = run_dir / "summary.json"
     if summary.is_file():

@@ -94,7 +94,7 @@ def _task_count(envs: list) -> int | None:
 
 
 def _eval_indices(config: TrainConfig, envs: list, wanted: int | None = None,
-                  log=None) -> list[int]:
+                  log=None, split: str = "test") -> list[int]:
     """The first ``wanted`` (default ``eval_tasks``) task indices of a held-out pool, or
     all of its distinct tasks when it has fewer (each is then used once, and ``log``
     says how many)."""
@@ -103,8 +103,7 @@ def _eval_indices(config: TrainConfig, envs: list, wanted: int | None = None,
     total = counter(wanted) if counter is not None else _task_count(envs)
     n = wanted if total is None else min(wanted, total)
     if n < wanted and log is not None:
-        log(f"{envs[0].config.split if hasattr(envs[0], 'config') else 'held-out'} split: "
-            f"{n} distinct tasks (asked for {wanted}); each is used once")
+        log(f"{split} split: {n} distinct tasks (asked for {wanted}); each is used once")
     return list(range(n))
 
 
@@ -275,7 +274,7 @@ def held_out(config: TrainConfig, token_counter=None, split: str = "test", wante
     the policy's token count, for the team cost (when it is on)."""
     envs = eval_pool(env_factory(config, split, token_counter), 256,
                      config.seed + (1 if split == "test" else 2))
-    return envs, _eval_indices(config, envs, wanted, log)
+    return envs, _eval_indices(config, envs, wanted, log, split)
 
 
 def evaluate_start(config: TrainConfig, log=print, engine: RolloutEngine | None = None

@@ -5,6 +5,7 @@ field; and the tutorial's programs (docs/new-environment.md) run as written."""
 
 import ast
 import doctest
+import hashlib
 import json
 import os
 import re
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from srpo_agents import cli
+from srpo_agents import checkpoint, cli
 from srpo_agents.cli import build_parser, main, recorded_config, sampling_config, typed_flags
 from srpo_agents.config import TrainConfig
 from srpo_agents.tiny import build_tiny_policy
@@ -56,7 +57,10 @@ def fake_run(folder: Path, config: dict, where: str = "checkpoint") -> Path:
     if where == "checkpoint":
         step = folder / "checkpoints" / "step-00000001"
         step.mkdir(parents=True)
-        (step / "state.json").write_text(json.dumps({"payload": {"config": full}}))
+        payload = {"config": full}
+        digest = hashlib.sha256(checkpoint._canonical(payload)).hexdigest()
+        (step / "state.json").write_text(json.dumps(
+            {"format": checkpoint.FORMAT, "payload": payload, "payload_sha256": digest}))
     else:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "summary.json").write_text(json.dumps({"config": full}))
