@@ -24,8 +24,13 @@ Presets: ``smoke`` (a fresh untrained tiny policy, 2 algorithms, 2 steps; a test
 ``small`` (the warm-started tiny policy, both envs, parallel and division-of-labor
 workflows, every algorithm, 3 seeds), ``routing`` (mode switching: the routed workflow,
 with and without the team cost, against fixed K = 1 and fixed K = K_max on the same
-budget and starting policy) and ``paper`` (a Qwen-class model with the vLLM backend on
-a GPU).
+budget and starting policy), ``compare`` (SRPO against every baseline on three pairs
+with the demo's settings, 3 seeds, twins for the noise floor, single-agent references
+and verdicts: ``benchmarks/compare_report.py``) and ``paper`` (a Qwen-class model with
+the vLLM backend on a GPU).
+
+``--report`` runs nothing and writes the table and plots over the runs already finished
+(a preset that spans sittings reports as it goes).
 
 A pair is ``(env, workflow)``, or ``(env, label)`` with the label's settings in the
 preset's ``variants`` (a workflow and config overrides, e.g. the routed workflow with a
@@ -47,11 +52,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from compare_report import compare_lines, write_compare_plots
 from machine import describe
 
 from srpo_agents.benchmark_sets import default_data_dir
 from srpo_agents.checkpoint import write_json_atomic
 from srpo_agents.config import TrainConfig
+from srpo_agents.demo import DEMO
 from srpo_agents.metrics_log import read_metrics_rows
 from srpo_agents.objective import ALGORITHMS
 
@@ -64,6 +71,17 @@ COUNTDOWN_BASE = dict(model="tiny", steps=40, group_size=8, tasks_per_step=16, l
                       max_new_tokens=16, eval_tasks=500, eval_k=4, n_agents=3,
                       warmstart_steps=400, warmstart_decay=True, warmstart_minutes=60.0,
                       warmstart_target=1.0, warmstart_skill=0.5)
+# The comparison (issue 24): the demo's hyperparameters, fixed before the run and the
+# same for every algorithm and pair; 500 distinct held-out tasks per pair (Countdown mixes
+# levels 0 and 1, as level 0's test split holds 43); k = 4 per task.
+COMPARE_BASE = {**{k: v for k, v in DEMO.items()
+                   if k not in ("env", "workflow", "algo", "eval_every", "curve_tasks",
+                                "save_every")}, "eval_k": 4}
+COMPARE_TEAMS = [("SRPO-Math-v0", "parallel"), ("SRPO-Math-v0", "solve_verify"),
+                 ("SRPO-Countdown-v0", "parallel")]
+# srpo and its twins first (the noise floor), then the baselines, then the references.
+COMPARE_ORDER = ["srpo", "grpo", "magrpo", "srpo_singleton", "dr_mas", "at_grpo",
+                 "srpo_sum", "srpo_mean"]
 COUNTDOWN_VARIANTS = {("SRPO-Countdown-v0", "single"): dict(workflow="single",
                                                            warm_pair="parallel")}
 PRESETS: dict[str, dict[str, Any]] = {
@@ -141,6 +159,27 @@ PRESETS: dict[str, dict[str, Any]] = {
                        "compare": [("SRPO-Countdown-v0", "parallel", "single")],
                        "base": {**COUNTDOWN_BASE, "steps": 160},
                        "variants": COUNTDOWN_VARIANTS},
+    # SRPO against every baseline where the tiny team learns (issue 24). "same_as": a
+    # baseline identical by construction on a pair (tests/test_compare.py proves it by
+    # weights) is run once and its rows copied. "twins": srpo again per seed with these
+    # rollout seeds (the noise floor). "references": each team's single agent, trained
+    # from the team's warm start with the same budget, and its majority vote over
+    # "majority" samples.
+    "compare": {"pairs": COMPARE_TEAMS + [(env, f"single@{w}") for env, w in COMPARE_TEAMS],
+                "team_pairs": COMPARE_TEAMS, "algos": COMPARE_ORDER, "seeds": [0, 1, 2],
+                "twins": [1], "majority": 3,
+                "same_as": {("SRPO-Math-v0", "parallel"): {"dr_mas": "grpo", "at_grpo": "grpo"},
+                            ("SRPO-Math-v0", "solve_verify"): {
+                                "srpo_sum": "srpo", "srpo_mean": "srpo",
+                                "srpo_singleton": "srpo"},
+                            ("SRPO-Countdown-v0", "parallel"): {"dr_mas": "grpo",
+                                                                "at_grpo": "grpo"}},
+                "references": {(env, w): f"single@{w}" for env, w in COMPARE_TEAMS},
+                "base": COMPARE_BASE,
+                "overrides": {"SRPO-Countdown-v0": dict(difficulty=(0, 1), max_new_tokens=16)},
+                "variants": {(env, f"single@{w}"): dict(workflow="single", warm_pair=w,
+                                                         algos=["srpo"])
+                             for env, w in COMPARE_TEAMS}},
     # The GPU preset: the paper's setting on the real benchmark files (see
     # srpo_agents.benchmark_sets). Training data: the MATH train stand-in; for search,
     # HotpotQA train questions over a Wikipedia retrieval server (Search-R1's protocol)
@@ -182,6 +221,13 @@ def run_rows(config: TrainConfig, summary: dict, run_dir: Path, label: str = "")
               "events_dropped": sum(s["events_dropped"] for s in steps),
               "train_accuracy": [s["accuracy"] for s in steps],
               "wall_time_s": summary.get("wall_time_s", 0.0)}
+    clips = [s["clip_fraction_by_update"] for s in steps if s.get("clip_fraction_by_update")]
+    if clips:  # each optimizer step of a batch, mean over the run's steps
+        n = min(len(c) for c in clips)
+        common["clip_fraction_by_update"] = [statistics.mean(c[i] for c in clips)
+                                             for i in range(n)]
+    if config.rollout_seed:
+        common["rollout_seed"] = config.rollout_seed
     routing = [s for s in steps if "route_mean_k" in s]
     if routing:
         common["route_mean_k_curve"] = [s["route_mean_k"] for s in routing]
@@ -250,21 +296,52 @@ def before_job(config: TrainConfig, path: Path, benchmarks: str = "", tasks: int
     return json.loads(path.read_text())["before"]
 
 
+def majority_result(config: TrainConfig, run_dir: Path, size: int) -> dict:
+    """The trained single agent's plurality vote over ``size`` samples on the run's
+    held-out tasks (``evaluate.majority_at`` over its eval_k samples per task), with the
+    tokens of ``size`` episodes; cached in ``majority.json``."""
+    from srpo_agents.evaluate import evaluate, majority_at
+    from srpo_agents.train import held_out
+
+    path = run_dir / "majority.json"
+    if _same_config(path, config):
+        return json.loads(path.read_text())["majority"]
+    if config.eval_k < size:
+        raise ValueError(f"eval_k={config.eval_k}: a vote over {size} samples needs "
+                         f"eval_k >= {size}")
+    engine = _engine(config, str(run_dir / "policy"))
+    envs, indices = held_out(config, engine.policy.count_tokens)
+    result = evaluate(engine, envs, indices, config.eval_k, tag="majority", votes=True)
+    per_task = [majority_at(votes, size) for votes in result["per_task_votes"]]
+    majority = {"size": size, "avg": float(statistics.mean(per_task)), "per_task": per_task,
+                "tokens_per_task": size * result["tokens_per_task"],
+                "single_avg_at_k": result["avg_at_k"]}
+    write_json_atomic(path, {"config": config.to_dict(), "majority": majority})
+    return majority
+
+
 def run_job(config: TrainConfig, before: dict, benchmarks: str = "", tasks: int = 0,
-            label: str = "") -> list[dict]:
+            label: str = "", majority: int = 0, report_only: bool = False) -> list[dict]:
     """Train one algorithm on one pair and seed; a finished run is read back, not redone.
-    With ``benchmarks``, the trained policy is also evaluated on each benchmark file."""
+    With ``benchmarks``, the trained policy is also evaluated on each benchmark file;
+    with ``majority``, by a majority vote over that many samples. ``report_only``: read
+    a finished run back and run nothing ([] for one not finished)."""
     from srpo_agents.train import train
 
     run_dir = Path(config.out)
     if not _same_config(run_dir / "summary.json", config):
+        if report_only:
+            return []
         train(config, log=lambda *_: None, before=before)
     summary = json.loads((run_dir / "summary.json").read_text())
     if benchmarks and "benchmarks" not in summary["after"]:
         summary["after"]["benchmarks"] = benchmark_results(
             config, _engine(config, str(run_dir / "policy")), benchmarks, tasks)
         write_json_atomic(run_dir / "summary.json", summary)
-    return run_rows(config, summary, run_dir, label)
+    rows = run_rows(config, summary, run_dir, label)
+    if majority and (not report_only or (run_dir / "majority.json").is_file()):
+        rows[-1]["majority"] = majority_result(config, run_dir, majority)
+    return rows
 
 
 def _pool(workers: int):
@@ -291,13 +368,35 @@ def pair_settings(preset: dict, env: str, label: str, base: dict | None = None
     variant = dict(preset.get("variants", {}).get((env, label), {}))
     workflow = variant.pop("workflow", label)
     warm = variant.pop("warm_pair", label)
+    variant.pop("algos", None)
     settings = {**(base or preset["base"]), **preset.get("overrides", {}).get(env, {}),
                 **variant}
     return workflow, settings, warm
 
 
+def pair_algos(preset: dict, env: str, label: str) -> list[str]:
+    """The algorithms a pair runs: its variant's own list, else the preset's, less those
+    identical by construction to another on it (``same_as``)."""
+    algos = preset.get("variants", {}).get((env, label), {}).get("algos", preset["algos"])
+    return [a for a in algos if a not in preset.get("same_as", {}).get((env, label), {})]
+
+
+def same_as_rows(preset: dict, rows: list[dict]) -> list[dict]:
+    """Rows for the algorithms run once as another (``same_as``): the other's rows under
+    their own name, marked."""
+    copies = []
+    for (env, label), aliases in preset.get("same_as", {}).items():
+        for algo, target in aliases.items():
+            copies += [{**r, "algo": algo, "same_as": target} for r in rows
+                       if (r["env"], r["workflow"], r["algo"]) == (env, label, target)
+                       and not r.get("rollout_seed")]
+    return copies
+
+
 def run_preset(name: str, out: Path, log=print, workers: int = 1,
-               envs: tuple[str, ...] = ()) -> list[dict]:
+               envs: tuple[str, ...] = (), report_only: bool = False) -> list[dict]:
+    """Run a preset (finished runs are read back) and write its table and plots.
+    ``report_only``: run nothing; write them over the runs already finished."""
     preset = dict(PRESETS[name])
     if envs:
         preset["pairs"] = [p for p in preset["pairs"] if p[0] in envs]
@@ -329,31 +428,57 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
                     jobs.append((TrainConfig(env=env, workflow=workflow, seed=0,
                                              out=str(folder), warmstart_dir=str(folder),
                                              **settings),))
-            log(f"harness: {len(jobs)} warm starts")
-            metas = _map(pool, warm_start_job, jobs)
-            write_json_atomic(out / "warmstart" / "summary.json", {
-                _pair_name(*p): m for p, m in zip(own, metas, strict=True)})
+            if not report_only:
+                log(f"harness: {len(jobs)} warm starts")
+                metas = _map(pool, warm_start_job, jobs)
+                write_json_atomic(out / "warmstart" / "summary.json", {
+                    _pair_name(*p): m for p, m in zip(own, metas, strict=True)})
 
-        def config_for(env: str, label: str, seed: int, algo: str) -> TrainConfig:
+        def config_for(env: str, label: str, seed: int, algo: str, twin: int = 0
+                       ) -> TrainConfig:
             workflow, settings, _ = settings_for(env, label)
             if (env, label) in starts:
                 settings.update(model=starts[(env, label)], compact_prompts=True)
+            name = f"{_pair_name(env, label)}-{algo}-s{seed}" + (f"-r{twin}" if twin else "")
             return TrainConfig(env=env, workflow=workflow, algo=algo, seed=seed, save_every=0,
-                               out=str(out / "runs" / f"{_pair_name(env, label)}-{algo}-s{seed}"),
-                               **settings)
+                               rollout_seed=twin, out=str(out / "runs" / name), **settings)
 
         keys = [(env, workflow, seed) for env, workflow in preset["pairs"]
                 for seed in preset["seeds"]]
-        log(f"harness: {len(keys)} starting evaluations")
         benchmarks, tasks = preset.get("benchmarks", {}), preset.get("benchmark_tasks", 0)
-        befores = dict(zip(keys, _map(pool, before_job, [
-            (replace(config_for(*key, REFERENCE), out=str(out / "before")),
-             out / "before" / f"{_pair_name(*key[:2])}-s{key[2]}.json",
-             benchmarks.get(key[0], ""), tasks) for key in keys]), strict=True))
-        jobs = [(config_for(*key, algo), befores[key], benchmarks.get(key[0], ""), tasks, key[1])
-                for key in keys for algo in preset["algos"]]
-        log(f"harness: {len(jobs)} runs on {max(workers, 1)} worker(s)")
-        rows = [row for rows_ in _map(pool, run_job, jobs) for row in rows_]
+        before_jobs = [(replace(config_for(*key, REFERENCE), out=str(out / "before")),
+                        out / "before" / f"{_pair_name(*key[:2])}-s{key[2]}.json",
+                        benchmarks.get(key[0], ""), tasks) for key in keys]
+        if report_only:
+            befores = {key: json.loads(job[1].read_text())["before"]
+                       for key, job in zip(keys, before_jobs, strict=True)
+                       if _same_config(job[1], job[0])}
+        else:
+            log(f"harness: {len(keys)} starting evaluations")
+            befores = dict(zip(keys, _map(pool, before_job, before_jobs), strict=True))
+        references = set(preset.get("references", {}).values())
+        order = {a: i for i, a in enumerate(preset["algos"])}
+        runs = []  # (priority, job): srpo and its twins, the baselines, the references
+        for key in keys:
+            if key not in befores:
+                continue
+            env, label, seed = key
+            majority = preset.get("majority", 0) if label in references else 0
+            for algo in pair_algos(preset, env, label):
+                rank = len(order) + 1 if label in references else order.get(algo, 0)
+                runs.append(((rank, 0), (config_for(*key, algo), befores[key],
+                                         benchmarks.get(env, ""), tasks, label, majority,
+                                         report_only)))
+            if (env, label) in {tuple(p) for p in preset.get("team_pairs", [])}:
+                runs += [((0, twin), (config_for(*key, REFERENCE, twin), befores[key], "", 0,
+                                      label, 0, report_only))
+                         for twin in preset.get("twins", [])]
+        jobs = [job for _, job in sorted(runs, key=lambda item: item[0])]
+        if not report_only:
+            log(f"harness: {len(jobs)} runs on {max(workers, 1)} worker(s)")
+        rows = [row for rows_ in _map(pool if not report_only else None, run_job, jobs)
+                for row in rows_]
+        rows += same_as_rows(preset, rows)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -364,9 +489,18 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
         command += f" --workers {workers}"
     if envs:
         command += " --envs " + " ".join(envs)
-    write_table(rows, out / "table.md", command, time.monotonic() - started,
-                [c for c in preset.get("compare", []) if c[0] in {e for e, _ in preset["pairs"]}])
-    write_plots(rows, out)
+    if not rows:
+        log("harness: no finished runs to report")
+        return rows
+    extra = compare_lines(rows, preset, REFERENCE, KAPPA_ABLATION) if preset.get(
+        "team_pairs") else []
+    write_table([r for r in rows if not r.get("rollout_seed")], out / "table.md", command,
+                0.0 if report_only else time.monotonic() - started,
+                [c for c in preset.get("compare", []) if c[0] in {e for e, _ in preset["pairs"]}],
+                extra)
+    write_plots([r for r in rows if not r.get("rollout_seed")], out)
+    if preset.get("team_pairs"):
+        write_compare_plots(rows, preset, out, REFERENCE)
     return rows
 
 
@@ -410,18 +544,20 @@ def _diff_cell(d: dict[str, float]) -> str:
 
 
 def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0,
-                comparisons: list[tuple[str, str, str]] = ()) -> None:
-    """``comparisons``: (env, pair label, pair label) whose trained runs are compared."""
+                comparisons: list[tuple[str, str, str]] = (), extra: list[str] = ()) -> None:
+    """``comparisons``: (env, pair label, pair label) whose trained runs are compared;
+    ``extra``: lines appended (the comparison preset's verdicts)."""
     after = [r for r in rows if r["checkpoint"] == "after"]
     pairs = sorted({(r["env"], r["workflow"]) for r in after})
     algos = sorted({r["algo"] for r in after})
     k = after[0]["k"]
     budgets = sorted({(r["env"], r["workflow"], r["steps"], r["tasks"]) for r in after})
-    run_minutes = sum(r["wall_time_s"] for r in after) / 60
+    run_minutes = sum(r["wall_time_s"] for r in after if not r.get("same_as")) / 60
     lines = ["# Paired comparison", "", f"Command: `{command}`", "",
              f"Machine: {describe()}. Wall time: "
              + (f"{seconds / 60:.0f} min for this invocation; " if seconds > 60 else "")
-             + f"{run_minutes:.0f} min summed over the {len(after)} runs (warm starts and "
+             + f"{run_minutes:.0f} min summed over the "
+             f"{sum(not r.get('same_as') for r in after)} runs (warm starts and "
              f"start evaluations not included).", "",
              f"avg@{k} / pass@{k} on held-out tasks after training, mean ± std over seeds; "
              "within an env/workflow pair every algorithm has the same tasks, seeds, starting "
@@ -457,7 +593,7 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
         avg = [statistics.mean(r["avg_at_k"] for r in sel) for sel in per_pair if sel]
         pas = [statistics.mean(r["pass_at_k"] for r in sel) for sel in per_pair if sel]
         lines.append(f"| {algo} | {statistics.mean(avg):.3f} | {statistics.mean(pas):.3f} |")
-    if REFERENCE in algos and len(algos) > 1:
+    if REFERENCE in algos and len(algos) > 1 and not extra:
         lines += ["", f"{REFERENCE} minus each algorithm, held-out avg@k after training, paired "
                   "by seed and task. \"ahead\"/\"behind\" only where the difference exceeds "
                   "twice the larger standard error; otherwise \"within noise\".", "",
@@ -469,16 +605,17 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
                 if algo != REFERENCE and ref and other:
                     lines.append(f"| {pair[0]} | {pair[1]} | {algo} | "
                                  f"{_diff_cell(paired_difference(ref, other))} |")
-    lines += ["", "Each algorithm after training minus the shared start (did training "
-              "move held-out accuracy at this budget?):", "",
-              "| env | workflow | algo | after - start |", "|---|---|---|---|"]
-    for pair in pairs:
-        for algo in algos:
-            trained = _pair_rows(rows, pair, algo, "after")
-            start = _pair_rows(rows, pair, algo, "before")
-            if trained and start:
-                lines.append(f"| {pair[0]} | {pair[1]} | {algo} | "
-                             f"{_diff_cell(paired_difference(trained, start))} |")
+    if not extra:  # the comparison preset's verdicts (extra) replace these tables
+        lines += ["", "Each algorithm after training minus the shared start (did training "
+                  "move held-out accuracy at this budget?):", "",
+                  "| env | workflow | algo | after - start |", "|---|---|---|---|"]
+        for pair in pairs:
+            for algo in algos:
+                trained = _pair_rows(rows, pair, algo, "after")
+                start = _pair_rows(rows, pair, algo, "before")
+                if trained and start:
+                    lines.append(f"| {pair[0]} | {pair[1]} | {algo} | "
+                                 f"{_diff_cell(paired_difference(trained, start))} |")
     if comparisons:
         lines += ["", "Pair against pair after training (the same algorithm, held-out tasks, "
                   "seeds and budget), paired by seed and task:", "",
@@ -490,7 +627,7 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
                 if rows_a and rows_b:
                     lines.append(f"| {env} | {algo} | {a} - {b} | "
                                  f"{_diff_cell(paired_difference(rows_a, rows_b))} |")
-    if set(KAPPA_ABLATION) <= set(algos):
+    if set(KAPPA_ABLATION) <= set(algos) and not extra:
         lines += ["", "Kappa ablation (the paper's ordering: 1/sqrt K above sum above mean):",
                   "", "| env | workflow | srpo - srpo_sum | srpo_sum - srpo_mean | "
                   "ordering held? |", "|---|---|---|---|---|"]
@@ -505,6 +642,7 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
                          f"{held} |")
     lines += _benchmark_lines(rows, pairs, algos)
     lines += _routing_lines(rows, pairs)
+    lines += list(extra)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -668,6 +806,8 @@ def main() -> None:
                         help="runs in parallel, one process and one thread each")
     parser.add_argument("--envs", nargs="*", default=[],
                         help="run only the preset's pairs of these env ids")
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: write the table and plots over the finished runs")
     args = parser.parse_args()
     if args.workers < 1:
         sys.exit(f"--workers={args.workers}: expected an int >= 1")
@@ -676,8 +816,10 @@ def main() -> None:
         sys.exit(f"--envs={args.envs}: expected env ids of the {args.preset} preset, "
                  f"{sorted(known)}")
     out = Path(args.out or f"runs/harness-{args.preset}")
-    run_preset(args.preset, out, workers=args.workers, envs=tuple(args.envs))
-    print((out / "table.md").read_text())
+    rows = run_preset(args.preset, out, workers=args.workers, envs=tuple(args.envs),
+                      report_only=args.report)
+    if rows:
+        print((out / "table.md").read_text())
 
 
 if __name__ == "__main__":

@@ -160,6 +160,11 @@ class TrainConfig:
     float16."""
     seed: int = 0
     """Seeds the warm start, task draws, sampling and the update."""
+    rollout_seed: int = 0
+    """Reseeds what the run samples (training task draws, rollouts, evaluation samples,
+    mini-batch order) and nothing else: the warm start and the held-out tasks stay the
+    seed's. Two runs that differ only here are twins from one start, whose spread is the
+    run-to-run noise of training (0: the seed's own draws)."""
     out: str = ""
     """Run directory (default runs/<env>-<workflow>-<algo>-s<seed>)."""
     tensorboard: bool = False
@@ -210,7 +215,7 @@ class TrainConfig:
             raise ValueError("rollout_workers with per_role_policies is not supported: the "
                              "workers play one shared policy")
         for name in ("steps", "eval_every", "save_every", "minibatch_units", "warmstart_steps",
-                     "warmstart_first_steps", "curve_tasks", "rollout_workers"):
+                     "warmstart_first_steps", "curve_tasks", "rollout_workers", "rollout_seed"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}={value!r}: expected an int >= 0")
@@ -291,6 +296,12 @@ class TrainConfig:
                 raise ValueError(f"{name}={value!r}: expected a finite number > 0")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed={self.seed!r}: expected an int >= 0")
+
+    @property
+    def sampling_seed(self) -> int:
+        """The seed of everything the run samples: ``seed`` itself when ``rollout_seed``
+        is 0 (so existing runs are unchanged), else a value derived from both."""
+        return self.seed if not self.rollout_seed else self.seed + 1_000_003 * self.rollout_seed
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

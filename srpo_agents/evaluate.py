@@ -11,7 +11,7 @@ likewise for search queries.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,53 @@ from srpo_agents.routing_stats import routing_summary
 
 def episode_correct(rollout) -> bool:
     return bool(rollout.correct) if rollout.correct is not None else rollout.reward > 0
+
+
+def vote_key(rollout) -> str | None:
+    """What a majority vote over independent episodes counts: "right" for a correct
+    episode (equivalent right answers written differently pool), else the final answer
+    the env read (math ``final_answer``, Countdown ``value``); None when it read none (an
+    abstention)."""
+    if episode_correct(rollout):
+        return "right"
+    final = rollout.transitions[-1].info if rollout.transitions else {}
+    answer = final.get("final_answer", final.get("value"))
+    return None if answer is None else f"answer:{answer}"
+
+
+def solvers_right(rollout) -> tuple[int, int] | None:
+    """(solvers right, solvers) of the episode's first parallel event (its info's
+    ``member_correct``), or None for an episode without one."""
+    for transition in rollout.transitions:
+        members = transition.info.get("member_correct")
+        if members is not None:
+            flags = list(members.values()) if isinstance(members, Mapping) else list(members)
+            return sum(bool(f) for f in flags), len(flags)
+    return None
+
+
+def majority_at(votes: Sequence[str | None], size: int) -> float:
+    """Expected correctness of a plurality vote over ``size`` of the given episodes drawn
+    without replacement (exact: the mean over every subset, as pass@k's estimator uses
+    every subset), a tie credited by the share of right answers among the tied ones and
+    an all-abstaining subset wrong. ``votes``: ``vote_key`` of each episode."""
+    from itertools import combinations
+
+    if not 1 <= size <= len(votes):
+        raise ValueError(f"size={size!r}: expected 1..{len(votes)} (the episodes voting)")
+    scores = []
+    for subset in combinations(votes, size):
+        counts: dict[str, int] = {}
+        for key in subset:
+            if key is not None:
+                counts[key] = counts.get(key, 0) + 1
+        if not counts:
+            scores.append(0.0)
+            continue
+        top = max(counts.values())
+        tied = [key for key, n in counts.items() if n == top]
+        scores.append(tied.count("right") / len(tied))
+    return float(np.mean(scores))
 
 
 def run_tasks(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int], k: int,
@@ -38,13 +85,23 @@ def run_tasks(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int]
 
 
 def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int], k: int,
-             tag: str = "eval") -> dict[str, Any]:
-    """Run ``k`` episodes of each task on the given env pool (reused in chunks)."""
+             tag: str = "eval", votes: bool = False) -> dict[str, Any]:
+    """Run ``k`` episodes of each task on the given env pool (reused in chunks).
+
+    Teams with a parallel event also get ``solver_majority`` (the share of episodes in
+    which more than half of the solvers were right: the team's ceiling if its last agent
+    followed the majority) and ``solver_any`` (at least one right). ``votes``: also
+    ``per_task_votes``, each episode's ``vote_key`` per task, for majority votes."""
     correct: dict[int, list[bool]] = {t: [] for t in task_indices}
-    tokens, calls, em, f1, played = [], [], [], [], []
+    keys: dict[int, list[str | None]] = {t: [] for t in task_indices}
+    tokens, calls, em, f1, played, solvers = [], [], [], [], [], []
     for t, _, _, rollout in run_tasks(engine, envs, task_indices, k, tag):
         played.append(rollout)
         correct[t].append(episode_correct(rollout))
+        keys[t].append(vote_key(rollout))
+        right = solvers_right(rollout)
+        if right is not None:
+            solvers.append(right)
         tokens.append(rollout.generated_tokens)
         calls.append(rollout.tool_calls)
         final = rollout.transitions[-1].info if rollout.transitions else {}
@@ -69,6 +126,11 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
               "per_task_pass": [float(v) for v in per_task_pass]}
     if em:
         result.update(em=float(np.mean(em)), f1=float(np.mean(f1)))
+    if solvers:
+        result.update(solver_majority=float(np.mean([2 * r > n for r, n in solvers])),
+                      solver_any=float(np.mean([r > 0 for r, _ in solvers])))
+    if votes:
+        result["per_task_votes"] = [keys[t] for t in task_indices]
     routing = routing_summary(played, episode_correct)
     if routing:
         result["routing"] = routing

@@ -272,9 +272,11 @@ class Learner:
                               "entropy_sum", "entropy_tokens"]
                              + (["kl"] if self.reference is not None else []), 0.0)
         maxima = {"max_abs_log_ratio": 0.0, "first_epoch_max_abs_log_ratio": 0.0}
+        clip_by_update = []  # each optimizer step's own clip fraction, in order
         for epoch in range(self.config.epochs):
             for index, batch in enumerate(event_atomic_batches(units, size, self.rng)):
                 self.optimizer.zero_grad(set_to_none=True)
+                clipped_before = sums["clip_fraction"]
                 total_units = len(batch)
                 total_tokens = max(sum(len(m.response_ids) for u in batch for m in u.members),
                                    1)
@@ -296,6 +298,7 @@ class Learner:
                     sums["approx_kl"] += figures.pop("approx_kl") * token_share
                     for key, value in figures.items():
                         sums[key] = sums.get(key, 0.0) + value * weight
+                clip_by_update.append(sums["clip_fraction"] - clipped_before)
                 if world > 1:
                     _sum_gradients(model)
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
@@ -311,6 +314,8 @@ class Learner:
         out.update(maxima, updates=len(grad_norms), grad_norm=float(norms.mean()),
                    grad_norm_cv=float(norms.std() / norms.mean()) if norms.mean() > 0 else 0.0,
                    entropy=entropy)
+        if world == 1:  # a rank's own share is not the mini-batch's figure
+            out["clip_fraction_by_update"] = clip_by_update
         return out
 
 

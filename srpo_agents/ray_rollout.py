@@ -52,10 +52,10 @@ class _Worker:
         self.engine = RolloutEngine(policy, max_new_tokens=self.config.max_new_tokens,
                                     temperature=self.config.temperature,
                                     backend=self.config.backend,
-                                    seed=self.config.seed + index,
+                                    seed=self.config.sampling_seed + index,
                                     drop_unfinished=self.config.drop_unfinished)
         make = env_factory(self.config, "train", policy.count_tokens)
-        self.envs = [make(self.config.seed * 1_000_003 + index * 100_003 + i)
+        self.envs = [make(self.config.sampling_seed * 1_000_003 + index * 100_003 + i)
                      for i in range(pool_size)]
 
     def run(self, version: int, step: int, weights, options: list[dict]):

@@ -253,7 +253,10 @@ def update_policies(learners: dict[str, Learner], units, advantages: np.ndarray)
         if result.get("updates"):
             per_role[role] = result
     merged = {key: float(np.mean([r[key] for r in per_role.values() if key in r]))
-              for key in {k for r in per_role.values() for k in r}}
+              for key in {k for r in per_role.values() for k, v in r.items()
+                          if not isinstance(v, list)}}  # per-update lists stay per role
+    merged.update({f"{role}/clip_fraction_by_update": r["clip_fraction_by_update"]
+                   for role, r in per_role.items() if "clip_fraction_by_update" in r})
     merged.update({f"{role}/grad_norm": r["grad_norm"] for role, r in per_role.items()})
     return merged
 
@@ -262,7 +265,7 @@ def make_engine(config: TrainConfig, policy: Policy,
                 role_policies: dict[str, Policy] | None = None) -> RolloutEngine:
     return RolloutEngine(policy, max_new_tokens=config.max_new_tokens,
                          temperature=config.temperature, backend=config.backend,
-                         seed=config.seed, role_policies=role_policies or {},
+                         seed=config.sampling_seed, role_policies=role_policies or {},
                          drop_unfinished=config.drop_unfinished)
 
 
@@ -307,9 +310,9 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     run_dir = Path(config.out)
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    random.seed(config.seed)
-    np.random.seed(config.seed)
-    torch.manual_seed(config.seed)
+    random.seed(config.sampling_seed)
+    np.random.seed(config.sampling_seed)
+    torch.manual_seed(config.sampling_seed)
     if rank:
         torch.distributed.barrier()  # rank 0 builds (or finds) the warm start first
     policy, warm = prepare_policy(config, run_dir, log)
@@ -318,7 +321,7 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     algorithm = ALGORITHMS[config.algo]
     estimator = ADVANTAGE_ESTIMATORS[config.advantage or algorithm.advantage]
     train_envs = eval_pool(env_factory(config, "train", policy.count_tokens),
-                           config.tasks_per_step * config.group_size, config.seed)
+                           config.tasks_per_step * config.group_size, config.sampling_seed)
     test_envs, eval_indices = held_out(config, policy.count_tokens, log=log)
     val_envs, val_indices = ([], [])
     if config.eval_every:  # the curve during training reads validation tasks, never test
@@ -343,10 +346,10 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         temperature=config.temperature, data_parallel=config.data_parallel,
         adv_eps=config.adv_eps)
     policies = role_policies or {SHARED: policy}
-    learners = {name: Learner(p, algorithm, learner_config, seed=config.seed)
+    learners = {name: Learner(p, algorithm, learner_config, seed=config.sampling_seed)
                 for name, p in policies.items()}
     optimizers = {name: learner.optimizer for name, learner in learners.items()}
-    task_rng = random.Random(config.seed)
+    task_rng = random.Random(config.sampling_seed)
     generators = {"task_rng": task_rng, **engine.sampler_generators(),
                   **{f"learner_rng:{name}": learner.rng for name, learner in learners.items()}}
     metrics_path, summary_path = run_dir / "metrics.jsonl", run_dir / "summary.json"

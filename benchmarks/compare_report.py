@@ -1,0 +1,353 @@
+"""The verdicts of the comparison preset (``harness.py --preset compare``): statistics
+over seeds and tasks, the noise floor from twin runs, the compute-matched references,
+the clip fraction by update, and the forest plot and learning curves.
+
+Every difference is A minus B on the same held-out tasks, paired by seed (the runs of
+one seed share their start, their "before" evaluation and their step-0 rollouts) and by
+task within a seed. Its standard error includes the seed-to-seed spread: the larger of
+a two-level bootstrap (seeds with replacement, then tasks with replacement within each
+drawn seed) and the between-seed standard error. "ahead"/"behind" only beyond 2 of them
+with every seed agreeing in sign; otherwise "within noise", with the number of seeds at
+which the observed difference would clear 2 between-seed standard errors.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+BOOTSTRAP_DRAWS = 4000
+DELTAS = (0.01, 0.02)  # the differences the noise floor is asked to resolve
+
+
+def _by_seed(rows: list[dict]) -> dict[int, dict]:
+    return {r["seed"]: r for r in rows}
+
+
+def pooled_difference(rows_a: list[dict], rows_b: list[dict], key: str = "per_task_avg",
+                      key_b: str | None = None) -> dict:
+    """A minus B pooled over their common seeds (see the module docstring). ``key``
+    names each row's per-task list (``key_b`` B's, when it differs)."""
+    a, b = _by_seed(rows_a), _by_seed(rows_b)
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        raise ValueError("pooled_difference: the two sets of runs share no seed")
+    diffs = []
+    for s in seeds:
+        x, y = np.asarray(a[s][key], float), np.asarray(b[s][key_b or key], float)
+        if x.shape != y.shape:
+            raise ValueError(f"seed {s}: {len(x)} tasks against {len(y)}; a paired "
+                             f"difference needs the same held-out tasks")
+        diffs.append(x - y)
+    per_seed = [float(d.mean()) for d in diffs]
+    per_seed_se = [float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else 0.0
+                   for d in diffs]
+    pooled = statistics.mean(per_seed)
+    between = statistics.stdev(per_seed) / math.sqrt(len(seeds)) if len(seeds) > 1 else 0.0
+    rng = np.random.default_rng(0)
+    stack = np.stack(diffs)                                            # [S, n]
+    n_seeds, n_tasks = stack.shape
+    draws = np.empty(BOOTSTRAP_DRAWS)
+    for i in range(BOOTSTRAP_DRAWS):
+        rows = rng.integers(0, n_seeds, n_seeds)
+        cols = rng.integers(0, n_tasks, (n_seeds, n_tasks))
+        draws[i] = stack[rows[:, None], cols].mean()
+    boot = float(draws.std(ddof=1))
+    se = max(between, boot)
+    agree = all(d > 0 for d in per_seed) or all(d < 0 for d in per_seed)
+    called = abs(pooled) > 2 * se and agree and len(seeds) > 1
+    verdict = ("ahead" if pooled > 0 else "behind") if called else "within noise"
+    out = {"diff": pooled, "se": se, "between_se": between, "bootstrap_se": boot,
+           "per_seed": per_seed, "per_seed_se": per_seed_se, "seeds": seeds,
+           "verdict": verdict, "seeds_to_separate": None}
+    if not called and pooled and len(seeds) > 1:
+        spread = statistics.stdev(per_seed)
+        out["seeds_to_separate"] = max(len(seeds) + 1,
+                                       math.ceil((2 * spread / abs(pooled)) ** 2))
+    return out
+
+
+def diff_cell(d: dict) -> str:
+    seeds = " ".join(f"{x:+.3f}" for x in d["per_seed"])
+    cell = f"{d['diff']:+.3f} ± {d['se']:.3f} (seeds: {seeds}) **{d['verdict']}**"
+    if d["seeds_to_separate"]:
+        cell += f"; ~{d['seeds_to_separate']} seeds would separate it"
+    return cell
+
+
+def _select(rows: list[dict], pair, algo: str, checkpoint: str = "after",
+            rollout_seed: int = 0) -> list[dict]:
+    return [r for r in rows if (r["env"], r["workflow"]) == tuple(pair) and r["algo"] == algo
+            and r["checkpoint"] == checkpoint and r.get("rollout_seed", 0) == rollout_seed]
+
+
+def noise_floor(rows: list[dict], pair, algo: str) -> dict | None:
+    """The run-to-run spread of one algorithm's gain from one start: per seed, the twin
+    runs (rollout_seed 0 and 1) differ only in what they sampled, so their gap has
+    variance 2 sigma^2 (sigma: one run's spread around its expected gain, evaluation
+    noise included). Two algorithms' per-seed difference then has sd sqrt(2) sigma, and
+    resolving a difference delta at 2 standard errors takes n >= 8 sigma^2 / delta^2
+    seeds."""
+    first, twin = _select(rows, pair, algo), _select(rows, pair, algo, rollout_seed=1)
+    start = _select(rows, pair, algo, "before")
+    seeds = sorted(set(_by_seed(first)) & set(_by_seed(twin)) & set(_by_seed(start)))
+    if not seeds:
+        return None
+    a, b, s0 = _by_seed(first), _by_seed(twin), _by_seed(start)
+    gains = [(a[s]["avg_at_k"] - s0[s]["avg_at_k"], b[s]["avg_at_k"] - s0[s]["avg_at_k"])
+             for s in seeds]
+    gap = pooled_difference([a[s] for s in seeds], [b[s] for s in seeds])
+    sigma = math.sqrt(statistics.mean(g * g for g in gap["per_seed"]) / 2)
+    return {"seeds": seeds, "gains": gains, "gap": gap, "sigma": sigma,
+            "task_se": statistics.mean(gap["per_seed_se"]) / math.sqrt(2),
+            "seeds_for": {delta: math.ceil(8 * sigma ** 2 / delta ** 2) for delta in DELTAS}}
+
+
+def _noise_lines(rows, pairs, reference) -> list[str]:
+    floors = [(pair, noise_floor(rows, pair, reference)) for pair in pairs]
+    floors = [(p, f) for p, f in floors if f]
+    if not floors:
+        return []
+    lines = ["", "## The noise floor", "",
+             f"{reference} twice per seed from the same start, the second run with "
+             "`rollout_seed=1` (other training draws, rollouts and evaluation samples; the "
+             "same warm start, held-out tasks and 'before'). sigma is one run's spread "
+             "around its expected gain (evaluation noise included): sqrt(mean gap^2 / 2). "
+             "Seeds needed: to call a difference delta between two algorithms at 2 "
+             "standard errors, n >= 8 sigma^2 / delta^2.", "",
+             "| env | workflow | seed: gain, twin gain | twin gap (pooled) | sigma | "
+             "per-task SE of one gain | seeds for 0.01 | seeds for 0.02 |",
+             "|---|---|---|---|---:|---:|---:|---:|"]
+    for (env, workflow), f in floors:
+        gains = "; ".join(f"{s}: {g:+.3f}, {t:+.3f}" for s, (g, t) in zip(
+            f["seeds"], f["gains"], strict=True))
+        lines.append(f"| {env} | {workflow} | {gains} | {f['gap']['diff']:+.3f} ± "
+                     f"{f['gap']['se']:.3f} | {f['sigma']:.3f} | {f['task_se']:.3f} | "
+                     f"{f['seeds_for'][0.01]} | {f['seeds_for'][0.02]} |")
+    return lines
+
+
+def _verdict_lines(rows, pairs, reference, algos, same_as, kappa) -> list[str]:
+    lines = ["", "## Verdicts", "",
+             f"{reference} minus each baseline, held-out avg@k after training (see "
+             "`benchmarks/compare_report.py` for the standard error). A baseline shown as "
+             "\"= X\" is identical to X on that pair by construction (proven by "
+             "`tests/test_compare.py`, which trains both 2 steps and compares the weights), "
+             "so it was run once.", "",
+             "| env | workflow | baseline | after - start (baseline) | "
+             f"{reference} - baseline |", "|---|---|---|---|---|"]
+    for pair in pairs:
+        ref = _select(rows, pair, reference)
+        for algo in algos:
+            other = _select(rows, pair, algo)
+            if algo == reference or not ref or not other:
+                continue
+            alias = same_as.get(tuple(pair), {}).get(algo)
+            name = f"{algo} (= {alias})" if alias else algo
+            gain = pooled_difference(other, _select(rows, pair, algo, "before"))
+            lines.append(f"| {pair[0]} | {pair[1]} | {name} | {gain['diff']:+.3f} ± "
+                         f"{gain['se']:.3f} | {diff_cell(pooled_difference(ref, other))} |")
+    ref_gains = [(p, _select(rows, p, reference), _select(rows, p, reference, "before"))
+                 for p in pairs]
+    lines += ["", f"{reference} after minus the shared start (did the team learn?):", "",
+              "| env | workflow | after - start |", "|---|---|---|"]
+    lines += [f"| {p[0]} | {p[1]} | {diff_cell(pooled_difference(a, b))} |"
+              for p, a, b in ref_gains if a and b]
+    if set(kappa) <= set(algos):
+        lines += ["", "Kappa (the paper's ordering: 1/sqrt K above sum above mean):", "",
+                  "| env | workflow | srpo - srpo_sum | srpo_sum - srpo_mean | ordering |",
+                  "|---|---|---|---|---|"]
+        for pair in pairs:
+            sel = [_select(rows, pair, a) for a in kappa]
+            if not all(sel):
+                continue
+            if same_as.get(tuple(pair), {}).get(kappa[1]) == kappa[0]:
+                lines.append(f"| {pair[0]} | {pair[1]} | identical (every set has K = 1) "
+                             "| identical | not testable here |")
+                continue
+            top, low = pooled_difference(sel[0], sel[1]), pooled_difference(sel[1], sel[2])
+            held = ("held" if top["verdict"] == low["verdict"] == "ahead" else
+                    "contradicted" if "behind" in (top["verdict"], low["verdict"]) else
+                    "not separated")
+            lines.append(f"| {pair[0]} | {pair[1]} | {diff_cell(top)} | {diff_cell(low)} | "
+                         f"{held} |")
+    return lines
+
+
+def _reference_lines(rows, references, reference) -> list[str]:
+    """references: {team pair: single-agent pair label}."""
+    lines = []
+    for team, single_label in references.items():
+        single_pair = (team[0], single_label)
+        trained = _select(rows, team, reference)
+        single = _select(rows, single_pair, reference)
+        if not trained or not single:
+            continue
+        voted = [r for r in single if "majority" in r]
+        if not lines:
+            lines = ["", "## The team against one agent at the same budget", "",
+                     "The single agent is trained from the team's warm start with the same "
+                     "steps, tasks per step and G, and evaluated alone. Its majority vote "
+                     "is the trained single agent's plurality answer over K samples "
+                     "(exact over every K-subset of its held-out samples; ties credited by "
+                     "their share of right answers), at K times its tokens. The team's "
+                     "ceiling: the share of the trained team's held-out episodes in which "
+                     "more than half of its solvers were right.", "",
+                     "| env | team | avg@k | tokens/task | team - it |", "|---|---|---|---:|---|"]
+        mean = statistics.mean
+        lines.append(f"| {team[0]} | {team[1]}: the trained team | "
+                     f"{mean(r['avg_at_k'] for r in trained):.3f} | "
+                     f"{mean(r['tokens_per_task'] for r in trained):.0f} | |")
+        if all("solver_majority" in r for r in trained):
+            lines.append(f"| {team[0]} | {team[1]}: its solvers' majority (ceiling) | "
+                         f"{mean(r['solver_majority'] for r in trained):.3f} | | |")
+        lines.append(f"| {team[0]} | {single_label}: one agent, trained alone | "
+                     f"{mean(r['avg_at_k'] for r in single):.3f} | "
+                     f"{mean(r['tokens_per_task'] for r in single):.0f} | "
+                     f"{diff_cell(pooled_difference(trained, single))} |")
+        if voted:
+            size = voted[0]["majority"]["size"]
+            lines.append(
+                f"| {team[0]} | {single_label}: its majority vote over {size} | "
+                f"{mean(r['majority']['avg'] for r in voted):.3f} | "
+                f"{mean(r['majority']['tokens_per_task'] for r in voted):.0f} | "
+                f"{diff_cell(_vote_difference(trained, voted))} |")
+    return lines
+
+
+def _vote_difference(team: list[dict], voted: list[dict]) -> dict:
+    shadow = [{"seed": r["seed"], "per_task_avg": r["majority"]["per_task"]} for r in voted]
+    return pooled_difference(team, shadow)
+
+
+def _clip_lines(rows, pairs, algos) -> list[str]:
+    lines = []
+    for pair in pairs:
+        table = {}
+        for algo in algos:
+            curves = [r["clip_fraction_by_update"] for r in _select(rows, pair, algo)
+                      if r.get("clip_fraction_by_update") and r.get("same_as") is None]
+            if curves and max(r.get("mean_set_size", 1.0) for r in _select(rows, pair, algo)) > 1:
+                n = min(len(c) for c in curves)
+                table[algo] = [statistics.mean(c[i] for c in curves) for i in range(n)]
+        if not table:
+            continue
+        if not lines:
+            lines = ["", "## Where the set ratio acts", "",
+                     "Clip fraction by optimizer step within a batch (the first is "
+                     "on-policy, ratio 1), mean over training steps and seeds, on pairs "
+                     "with sets of K >= 2. srpo and its kappa variants clip whole sets "
+                     "(one ratio per active set); srpo_singleton clips each output's "
+                     "sequence ratio; grpo, dr_mas and at_grpo clip each token.", ""]
+        n = max(len(v) for v in table.values())
+        lines += [f"{pair[0]} {pair[1]}:", "",
+                  "| algo | unit clipped | " + " | ".join(f"update {i + 1}" for i in range(n))
+                  + " |", "|---|---|" + "---:|" * n]
+        for algo, values in table.items():
+            unit = ("set" if algo.startswith("srpo") and algo != "srpo_singleton" else
+                    "output" if algo == "srpo_singleton" else
+                    "none (no ratio)" if algo == "magrpo" else "token")
+            cells = [f"{v:.3f}" for v in values] + [""] * (n - len(values))
+            lines.append(f"| {algo} | {unit} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def _time_lines(rows: list[dict]) -> list[str]:
+    runs = [r for r in rows if r["checkpoint"] == "after" and not r.get("same_as")]
+    groups: dict[tuple, list[float]] = {}
+    for r in runs:
+        name = r["algo"] + (f" (twin r{r['rollout_seed']})" if r.get("rollout_seed") else "")
+        groups.setdefault((r["env"], r["workflow"], name), []).append(r["wall_time_s"])
+    lines = ["", "## Wall time per run", "",
+             f"{len(runs)} runs, {sum(r['wall_time_s'] for r in runs) / 3600:.1f} h summed "
+             "(warm starts and start evaluations not included; two one-thread workers side "
+             "by side, so each run shared the machine).", "",
+             "| env | workflow | algo | runs | minutes per run (mean) |", "|---|---|---|---:|---:|"]
+    lines += [f"| {env} | {workflow} | {name} | {len(times)} | "
+              f"{statistics.mean(times) / 60:.1f} |"
+              for (env, workflow, name), times in sorted(groups.items())]
+    return lines
+
+
+def compare_lines(rows: list[dict], preset: dict, reference: str, kappa) -> list[str]:
+    pairs = [tuple(p) for p in preset.get("team_pairs", [])]
+    algos = list(preset["algos"])
+    same_as = {tuple(k): v for k, v in preset.get("same_as", {}).items()}
+    lines = _noise_lines(rows, pairs, reference)
+    lines += _verdict_lines(rows, pairs, reference, algos, same_as, kappa)
+    lines += _reference_lines(rows, {tuple(k): v for k, v in
+                                     preset.get("references", {}).items()}, reference)
+    lines += _clip_lines(rows, pairs, algos)
+    lines += _time_lines(rows)
+    return lines
+
+
+def write_compare_plots(rows: list[dict], preset: dict, out: Path, reference: str) -> None:
+    """``forest.png``: the reference minus each baseline per pair (pooled difference,
+    bars of 2 standard errors, dots per seed); ``learning_curves_seeds.png``: training
+    accuracy per step, mean over seeds with a band from the lowest to the highest seed
+    (a moving average over 5 steps)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pairs = [tuple(p) for p in preset.get("team_pairs", [])]
+    algos = [a for a in preset["algos"] if a != reference]
+    same_as = {tuple(k): v for k, v in preset.get("same_as", {}).items()}
+    ready = [p for p in pairs if _select(rows, p, reference)]
+    if not ready:
+        return
+    fig, axes = plt.subplots(1, len(ready), figsize=(4.2 * len(ready), 3.6), squeeze=False)
+    for ax, pair in zip(axes[0], ready, strict=True):
+        names, ys = [], []
+        for algo in algos:
+            other = _select(rows, pair, algo)
+            if not other:
+                continue
+            d = pooled_difference(_select(rows, pair, reference), other)
+            y = len(names)
+            alias = same_as.get(pair, {}).get(algo)
+            names.append(f"{algo} (= {alias})" if alias else algo)
+            ys.append(y)
+            color = {"ahead": "tab:green", "behind": "tab:red"}.get(d["verdict"], "tab:gray")
+            ax.errorbar(d["diff"], y, xerr=2 * d["se"], fmt="o", color=color, capsize=3)
+            ax.scatter(d["per_seed"], [y + 0.18] * len(d["per_seed"]), s=8, color="black")
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.set_yticks(ys, names, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(f"{pair[0]} {pair[1]}", fontsize=8)
+        ax.set_xlabel(f"{reference} - baseline, held-out avg@k (bars: 2 SE)", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "forest.png", dpi=120)
+    plt.close(fig)
+    shown = [reference] + [a for a in algos if a not in
+                           {x for v in same_as.values() for x in v}]
+    fig, axes = plt.subplots(1, len(ready), figsize=(4.2 * len(ready), 3.4), squeeze=False)
+    colors = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(preset["algos"])}
+    for ax, pair in zip(axes[0], ready, strict=True):
+        for algo in shown:
+            if same_as.get(pair, {}).get(algo):
+                continue
+            curves = [r["train_accuracy"] for r in _select(rows, pair, algo)]
+            if not curves:
+                continue
+            n = min(len(c) for c in curves)
+            smooth = np.array([np.convolve(c[:n], np.ones(5) / 5, mode="valid")
+                               for c in curves])
+            x = np.arange(smooth.shape[1]) + 3
+            ax.plot(x, smooth.mean(0), color=colors[algo], label=algo, linewidth=1)
+            if len(curves) > 1:
+                ax.fill_between(x, smooth.min(0), smooth.max(0), color=colors[algo],
+                                alpha=0.15)
+        ax.set_title(f"{pair[0]} {pair[1]}", fontsize=8)
+        ax.set_xlabel("step")
+    axes[0][0].set_ylabel("training accuracy (5-step mean; band: seeds)")
+    axes[0][-1].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out / "learning_curves_seeds.png", dpi=120)
+    plt.close(fig)

@@ -1,0 +1,197 @@
+"""The comparison preset (issue 24): the equivalences it relies on, its statistics, the
+majority vote, twins from one start, and the whole report in miniature."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from srpo_agents.config import TrainConfig
+from srpo_agents.evaluate import majority_at
+from srpo_agents.tiny import build_tiny_policy
+from srpo_agents.train import held_out, train
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from compare_report import pooled_difference  # noqa: E402
+from harness import PRESETS, pair_algos, run_preset  # noqa: E402
+
+COMPARE = PRESETS["compare"]
+
+
+@pytest.fixture(scope="module")
+def fresh_model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fresh-tiny")
+    build_tiny_policy(["x"], folder, hidden_size=64, num_layers=2, num_heads=2)
+    return str(folder)
+
+
+def _two_steps(model: str, out: Path, env: str, workflow: str, algo: str) -> dict:
+    # A token cost makes the team's reward vary with its lengths, so a fresh policy (never
+    # right) still gets non-zero advantages; two epochs of several mini-batches make the
+    # later updates off-policy, where the ratios and their clipping act.
+    config = TrainConfig(env=env, workflow=workflow, algo=algo, model=model,
+                         compact_prompts=True, steps=2, group_size=4, tasks_per_step=4,
+                         eval_tasks=2, eval_k=1, max_new_tokens=8, n_agents=3, epochs=2,
+                         minibatch_units=8, lr=1e-3, cost_per_token=0.01, save_every=0,
+                         out=str(out / f"{env}-{workflow}-{algo}"))
+    summary = train(config, log=lambda *_: None)
+    rows = [json.loads(line) for line in (Path(config.out) / "metrics.jsonl").open()]
+    assert any(r["mixed_group_fraction"] > 0 for r in rows), "no advantage to act on"
+    assert summary["after"]["tasks"] == 2
+    return load_file(str(Path(config.out) / "policy" / "model.safetensors"))
+
+
+def _identical(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("pair", sorted(COMPARE["same_as"]))
+def test_declared_equivalences_train_identical_weights(pair, fresh_model, tmp_path):
+    """Each baseline the preset runs once as another gives bit-identical weights after
+    two updates on that pair: GRPO, Dr. MAS and AT-GRPO where every agent acts once per
+    episode under one team reward (their groups hold the same returns, replicated); the
+    four SRPO variants where every set has K = 1 (kappa(1) = 1 and a set of one is its
+    output)."""
+    env, workflow = pair
+    aliases = COMPARE["same_as"][pair]
+    weights = {}
+    for algo in sorted(set(aliases) | set(aliases.values())):
+        weights[algo] = _two_steps(fresh_model, tmp_path, env, workflow, algo)
+    for algo, target in aliases.items():
+        assert _identical(weights[algo], weights[target]), f"{algo} != {target} on {pair}"
+
+
+def test_the_weight_check_can_fail(fresh_model, tmp_path):
+    """A control: SRPO's set ratio and GRPO's token ratio differ on the parallel pair, and
+    the same check sees it."""
+    a = _two_steps(fresh_model, tmp_path, "SRPO-Math-v0", "parallel", "srpo")
+    b = _two_steps(fresh_model, tmp_path, "SRPO-Math-v0", "parallel", "grpo")
+    assert not _identical(a, b)
+
+
+def test_pooled_difference_calls_only_agreeing_seeds_beyond_two_se():
+    def rows(values_by_seed):
+        return [{"seed": s, "per_task_avg": v} for s, v in values_by_seed.items()]
+
+    zeros = rows({s: [0.0] * 200 for s in range(3)})
+    ahead = rows({s: [0.1 + 0.01 * (t % 3) for t in range(200)] for s in range(3)})
+    d = pooled_difference(ahead, zeros)
+    assert d["verdict"] == "ahead" and d["diff"] == pytest.approx(0.1 + 0.01 * 199 / 200)
+    assert d["se"] >= d["between_se"] and d["se"] >= d["bootstrap_se"]
+    # one seed the other way round: never called, whatever its size
+    mixed = rows({0: [0.3] * 200, 1: [0.3] * 200, 2: [-0.05] * 200})
+    d = pooled_difference(mixed, zeros)
+    assert d["verdict"] == "within noise" and d["per_seed"] == pytest.approx([0.3, 0.3, -0.05])
+    assert d["seeds_to_separate"] >= 4
+    # the seed spread enters the standard error even when every task agrees
+    spread = rows({0: [0.01] * 200, 1: [0.05] * 200, 2: [0.09] * 200})
+    d = pooled_difference(spread, zeros)
+    assert d["se"] == pytest.approx(d["between_se"], rel=0.5) and d["se"] > 0.01
+    with pytest.raises(ValueError, match="same held-out tasks"):
+        pooled_difference(rows({0: [0.0] * 3}), rows({0: [0.0] * 4}))
+    with pytest.raises(ValueError, match="share no seed"):
+        pooled_difference(rows({0: [0.0]}), rows({1: [0.0]}))
+
+
+def test_majority_vote_is_exact_over_subsets():
+    right, two = "right", "answer:2"
+    assert majority_at([right, two, two], 3) == 0.0
+    assert majority_at([right, right, two], 3) == 1.0
+    assert majority_at([right, two, two], 1) == pytest.approx(1 / 3)
+    # size 2 of [right, two, two]: {r,2} tie (1/2) twice, {2,2} wrong once
+    assert majority_at([right, two, two], 2) == pytest.approx(1 / 3)
+    assert majority_at([None, None], 1) == 0.0
+    assert majority_at([None, right, "answer:7"], 3) == 0.5  # the abstention does not vote
+    with pytest.raises(ValueError, match="size=4"):
+        majority_at([right] * 3, 4)
+
+
+def test_twins_share_held_out_tasks_and_nothing_they_sample():
+    base = TrainConfig(env="SRPO-Math-v0", workflow="single", difficulty=(0,), eval_tasks=20,
+                       seed=3)
+    twin = TrainConfig(env="SRPO-Math-v0", workflow="single", difficulty=(0,), eval_tasks=20,
+                       seed=3, rollout_seed=1)
+    assert base.sampling_seed == 3 and twin.sampling_seed != 3
+    tasks = [held_out(c)[0][0].reset(options={"task_index": i})[0]["solver_0"]
+             for c in (base, twin) for i in range(20)]
+    assert tasks[:20] == tasks[20:]
+    with pytest.raises(ValueError, match="rollout_seed=-1"):
+        TrainConfig(rollout_seed=-1)
+
+
+def test_compare_preset_runs_in_miniature_and_reports(tmp_path, monkeypatch, fresh_model):
+    """The preset's machinery end to end on a fresh policy: twins, a baseline run once as
+    another, a single-agent reference with its majority vote, every section of the
+    report and both plots; then ``report_only`` reads the runs back without training."""
+    team, single = ("SRPO-Math-v0", "parallel"), ("SRPO-Math-v0", "single@parallel")
+    monkeypatch.setitem(PRESETS, "compare-mini", {
+        **COMPARE, "pairs": [team, single], "team_pairs": [team],
+        "algos": ["srpo", "grpo", "dr_mas", "srpo_sum", "srpo_mean"], "seeds": [0, 1],
+        "majority": 2, "same_as": {team: {"dr_mas": "grpo"}},
+        "references": {team: "single@parallel"},
+        "base": dict(model=fresh_model, compact_prompts=True, steps=2, group_size=2,
+                     tasks_per_step=2, eval_tasks=4, eval_k=2, max_new_tokens=8,
+                     n_agents=2, epochs=1, minibatch_units=2, cost_per_token=0.01),
+        "variants": {single: dict(workflow="single", warm_pair="parallel", algos=["srpo"])}})
+    assert pair_algos(PRESETS["compare-mini"], *team) == ["srpo", "grpo", "srpo_sum",
+                                                          "srpo_mean"]
+    rows = run_preset("compare-mini", tmp_path, log=lambda *_: None)
+    after = [r for r in rows if r["checkpoint"] == "after"]
+    assert {(r["workflow"], r["algo"], r.get("rollout_seed", 0), r["seed"]) for r in after} == {
+        (w, a, t, s) for s in (0, 1) for w, a, t in [
+            ("parallel", "srpo", 0), ("parallel", "srpo", 1), ("parallel", "grpo", 0),
+            ("parallel", "dr_mas", 0), ("parallel", "srpo_sum", 0),
+            ("parallel", "srpo_mean", 0), ("single@parallel", "srpo", 0)]}
+    copies = [r for r in after if r["algo"] == "dr_mas"]
+    assert all(r["same_as"] == "grpo" for r in copies)
+    assert not (tmp_path / "runs" / "SRPO-Math-v0-parallel-dr_mas-s0").exists()
+    twins = {r["seed"]: r for r in after if r.get("rollout_seed") == 1}
+    firsts = {r["seed"]: r for r in after if r["algo"] == "srpo" and r["workflow"] == "parallel"
+              and not r.get("rollout_seed")}
+    assert twins[0]["train_accuracy"] is not None and set(twins) == set(firsts)
+    voted = [r for r in after if "majority" in r]
+    assert len(voted) == 2 and all(r["workflow"] == "single@parallel" for r in voted)
+    assert all(len(r["majority"]["per_task"]) == 4 for r in voted)
+    team_after = [r for r in after if r["workflow"] == "parallel"]
+    assert all("solver_majority" in r and 0 <= r["solver_majority"] <= 1 for r in team_after)
+    assert all(len(r["clip_fraction_by_update"]) >= 1 for r in team_after if r["algo"] != "dr_mas")
+    table = (tmp_path / "table.md").read_text()
+    for heading in ("## The noise floor", "## Verdicts", "## The team against one agent",
+                    "## Where the set ratio acts", "## Wall time per run",
+                    "dr_mas (= grpo)", "Kappa"):
+        assert heading in table, heading
+    for png in ("forest.png", "learning_curves_seeds.png"):
+        assert (tmp_path / png).stat().st_size > 1000
+
+    import srpo_agents.train as train_module
+
+    def refuse(*_, **__):
+        raise AssertionError("report_only trained a run")
+
+    monkeypatch.setattr(train_module, "train", refuse)
+    again = run_preset("compare-mini", tmp_path, log=lambda *_: None, report_only=True)
+    assert sorted(json.dumps(r, sort_keys=True) for r in again) == sorted(
+        json.dumps(r, sort_keys=True) for r in rows)
+
+
+def test_solvers_right_reads_the_envs_frozen_member_flags(fresh_model):
+    """The team's ceiling counts the solvers right in the parallel event's info (a
+    read-only mapping in a Transition), not its keys."""
+    from srpo_agents.evaluate import evaluate, run_tasks, solvers_right
+    from srpo_agents.policy import load_policy
+    from srpo_agents.train import make_engine
+
+    config = TrainConfig(env="SRPO-Math-v0", workflow="parallel", n_agents=2, model=fresh_model,
+                         compact_prompts=True, eval_tasks=6, eval_k=2, max_new_tokens=8,
+                         difficulty=(0,))
+    engine = make_engine(config, load_policy(fresh_model))
+    envs, indices = held_out(config)
+    for _, _, _, rollout in run_tasks(engine, envs, indices, 1):
+        flags = dict(rollout.transitions[0].info["member_correct"])
+        assert solvers_right(rollout) == (sum(flags.values()), 2)
+    result = evaluate(engine, envs, indices, 2)
+    assert 0 <= result["solver_majority"] <= result["solver_any"] <= 1
