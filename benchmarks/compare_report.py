@@ -148,8 +148,10 @@ def _verdict_lines(rows, pairs, reference, algos, same_as, kappa) -> list[str]:
             alias = same_as.get(tuple(pair), {}).get(algo)
             name = f"{algo} (= {alias})" if alias else algo
             gain = pooled_difference(other, _select(rows, pair, algo, "before"))
+            versus = (diff_cell(pooled_difference(ref, other)) if alias != reference else
+                      "identical by construction")
             lines.append(f"| {pair[0]} | {pair[1]} | {name} | {gain['diff']:+.3f} ± "
-                         f"{gain['se']:.3f} | {diff_cell(pooled_difference(ref, other))} |")
+                         f"{gain['se']:.3f} | {versus} |")
     ref_gains = [(p, _select(rows, p, reference), _select(rows, p, reference, "before"))
                  for p in pairs]
     lines += ["", f"{reference} after minus the shared start (did the team learn?):", "",

@@ -578,8 +578,9 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
                 return [r[key] for r in rows_]
 
             trained = algo != "start"
+            name = algo + (f" (= {sel[0]['same_as']})" if sel[0].get("same_as") else "")
             lines.append(
-                f"| {pair[0]} | {pair[1]} | {algo} | {_mean_std(col('avg_at_k'))} | "
+                f"| {pair[0]} | {pair[1]} | {name} | {_mean_std(col('avg_at_k'))} | "
                 f"{_mean_std(col('pass_at_k'))} | {statistics.mean(col('tokens_per_task')):.1f} | "
                 f"{statistics.mean(col('tool_calls_per_task')):.2f} | "
                 f"{statistics.mean(col('correct_per_million_tokens')):,.0f} | "
