@@ -136,6 +136,10 @@ class TrainConfig:
     """Tiny model only: validation tasks of the warm start's accuracy checks."""
     warmstart_batch_size: int = 64
     """Tiny model only: rows per supervised step of the warm start."""
+    tiny_vocab: int = 0
+    """Tiny model only: 0 keeps one token per byte; N > 260 adds BPE merges of letters
+    learned from the warm start's texts, up to N tokens (shorter prompts; a name is a
+    token or a few, the same ones wherever it stands: ``srpo_agents.tiny``)."""
     compact_prompts: bool = False
     """Use the compact role prompts of ``srpo_agents.envs`` (always on for model "tiny",
     whose every prompt character is a token)."""
@@ -214,6 +218,10 @@ class TrainConfig:
         if self.rollout_workers and self.per_role_policies:
             raise ValueError("rollout_workers with per_role_policies is not supported: the "
                              "workers play one shared policy")
+        if not isinstance(self.tiny_vocab, int) or not (self.tiny_vocab == 0
+                                                         or self.tiny_vocab > 260):
+            raise ValueError(f"tiny_vocab={self.tiny_vocab!r}: expected 0 (one token per "
+                             f"byte) or an int > 260 (the byte and special tokens)")
         for name in ("steps", "eval_every", "save_every", "minibatch_units", "warmstart_steps",
                      "warmstart_first_steps", "curve_tasks", "rollout_workers", "rollout_seed"):
             value = getattr(self, name)

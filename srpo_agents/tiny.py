@@ -51,17 +51,23 @@ CHAT_TEMPLATE = (
 
 def build_tiny_policy(texts: Iterable[str], out_dir: str | Path, *, hidden_size: int = 128,
                       num_layers: int = 4, num_heads: int = 4, max_positions: int = 1024,
-                      seed: int = 0) -> Policy:
+                      seed: int = 0, vocab_size: int = 0) -> Policy:
     """Train a character tokenizer on ``texts``, build a tiny Qwen2 LM, save both to
     ``out_dir`` and return ``load_policy(out_dir)``.
 
     With the defaults the model has about 1.08M parameters: 4 layers x (4 x 128^2
     attention + 3 x 128 x 512 MLP) plus the tied 260 x 128 embedding.
+
+    ``vocab_size`` above the 260 byte and special tokens adds BPE merges learned from
+    the runs of letters in ``texts``, up to that many tokens: prompts get shorter and a
+    word a token or a few. Merges never join a letter to a space or a sign, so a name
+    is the same tokens after a space (in a question) and after a tag's ``>`` (in a
+    query): copying it stays copying tokens.
     """
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_train_char_tokenizer(texts), eos_token=EOS, pad_token=PAD,
+        tokenizer_object=_train_char_tokenizer(texts, vocab_size), eos_token=EOS, pad_token=PAD,
         extra_special_tokens=[IM_START, IM_END], chat_template=CHAT_TEMPLATE,
         clean_up_tokenization_spaces=False)
     config = Qwen2Config(
@@ -89,8 +95,11 @@ def build_tiny_policy(texts: Iterable[str], out_dir: str | Path, *, hidden_size:
     return load_policy(str(out_dir))
 
 
-def _train_char_tokenizer(texts: Iterable[str]):
-    """A ``tokenizers.Tokenizer`` with Qwen2's pipeline whose tokens are single bytes."""
+def _train_char_tokenizer(texts: Iterable[str], vocab_size: int = 0):
+    """A ``tokenizers.Tokenizer`` with Qwen2's pipeline whose tokens are single bytes, or
+    with ``vocab_size`` > 260, bytes plus merges of letters learned from ``texts``."""
+    import re
+
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -101,9 +110,15 @@ def _train_char_tokenizer(texts: Iterable[str]):
     tokenizer.decoder = decoders.ByteLevel()
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     specials = [PAD, EOS, IM_START, IM_END]
-    trainer = trainers.BpeTrainer(vocab_size=len(specials) + len(alphabet),
-                                  special_tokens=specials, initial_alphabet=alphabet,
-                                  show_progress=False)
+    base = len(specials) + len(alphabet)
+    if vocab_size and vocab_size <= base:
+        raise ValueError(f"vocab_size={vocab_size!r}: expected 0 (bytes only) or more than "
+                         f"the {base} byte and special tokens")
+    trainer = trainers.BpeTrainer(vocab_size=max(vocab_size, base), special_tokens=specials,
+                                  initial_alphabet=alphabet, show_progress=False)
+    if vocab_size:
+        # Trained on the letter runs alone, the merges never cross into a space or a sign.
+        texts = (word for text in texts for word in re.findall(r"[^\W\d_]+", text))
     tokenizer.train_from_iterator(texts, trainer)
     return tokenizer
 

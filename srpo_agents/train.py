@@ -68,7 +68,7 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
                       first_steps=config.warmstart_first_steps,
                       episodes=config.warmstart_episodes,
                       eval_tasks=config.warmstart_eval_tasks,
-                      batch_size=config.warmstart_batch_size,
+                      batch_size=config.warmstart_batch_size, vocab_size=config.tiny_vocab,
                       seed=config.seed, max_new_tokens=config.max_new_tokens,
                       env_name=config.env, log=log)
     return place(policy, device, config.dtype), meta

@@ -176,7 +176,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                check_every: int = 50, eval_tasks: int = 64, skill: float = 0.75,
                lr: float = 3e-3, batch_size: int = 64, warmup: int = 0, decay: bool = False,
                first_roles: tuple[str, ...] = (), first_steps: int = 0,
-               env_name: str, key: dict | None = None, log=print) -> tuple[Policy, dict]:
+               env_name: str, key: dict | None = None, vocab_size: int = 0,
+               log=print) -> tuple[Policy, dict]:
     """Build (or load from ``run_dir/warmstart``) the warm-started tiny policy.
 
     It stops after ``steps`` optimizer steps (0: no limit), after ``minutes``, or once
@@ -189,7 +190,7 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     short prompts that teach a skill, such as copying a name, before the long ones).
     ``make_eval_env`` must make envs of a validation split (module docstring); ``key``:
     what else shapes the result (``srpo_agents.train.warm_start_key``), part of the cache
-    key."""
+    key. ``vocab_size``: the tokenizer's (``tiny.build_tiny_policy``; 0, bytes only)."""
     if decay and not steps:
         raise ValueError("warm_start(decay=True) needs steps > 0: the cosine decay runs "
                          "over a known number of steps")
@@ -199,7 +200,9 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                 "steps": steps, "lr": lr, "batch_size": batch_size, "warmup": warmup,
                 "decay": decay, "max_new_tokens": max_new_tokens, "env": env_name,
                 "first_roles": list(first_roles), "first_steps": first_steps,
-                "model": TINY_SHAPE, "run": key or {}, "version": 3}
+                # a byte tokenizer (0) leaves the key as it was before merges existed
+                "model": {**TINY_SHAPE, **({"vocab_size": vocab_size} if vocab_size else {})},
+                "run": key or {}, "version": 3}
     settings = canonical(settings)
     meta_path = out / META
     if meta_path.is_file():
@@ -216,7 +219,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     examples = reference_examples(make_train_env, episodes=episodes, seed=seed, skill=skill,
                                   env_name=env_name)
     texts = [p for _, p, _ in examples] + [t for _, _, t in examples]
-    policy = build_tiny_policy(texts, Path(run_dir) / "tiny-init", seed=seed, **TINY_SHAPE)
+    policy = build_tiny_policy(texts, Path(run_dir) / "tiny-init", seed=seed,
+                               vocab_size=vocab_size, **TINY_SHAPE)
     encoded = _encode(policy, examples)
     first_pool = [e for e, (role, _, _) in zip(encoded, examples, strict=True)
                   if role in first_roles]

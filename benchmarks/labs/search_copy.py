@@ -32,7 +32,7 @@ from srpo_agents.rollout import RolloutEngine
 from srpo_agents.warmstart import warm_start
 
 
-def copy_rate(steps: int, seed: int, tasks: int, out: Path) -> dict:
+def copy_rate(steps: int, seed: int, tasks: int, out: Path, vocab: int = 0) -> dict:
     config = track_config("search_answer_verify", str(out), steps, 60.0, seed)
     make_test = env_factory(config, "test")
     policy, meta = warm_start(out, env_factory(config, "train"),
@@ -40,7 +40,7 @@ def copy_rate(steps: int, seed: int, tasks: int, out: Path) -> dict:
                               target=1.0, seed=seed, max_new_tokens=32, steps=steps,
                               episodes=6000, eval_tasks=4, skill=1.0, warmup=20, decay=True,
                               first_roles=("searcher",), first_steps=steps,
-                              env_name=config.env)
+                              env_name=config.env, vocab_size=vocab)
     env = make_test(0)
     prompts, names = [], []
     for index in range(tasks):
@@ -50,7 +50,9 @@ def copy_rate(steps: int, seed: int, tasks: int, out: Path) -> dict:
     outputs = RolloutEngine(policy, max_new_tokens=32, seed=0).generate(prompts)
     texts = [policy.decode(o[0]) for o in outputs]
     exact = sum(t == f"<search>{n}</search>" for t, n in zip(texts, names, strict=True))
-    return {"seed": seed, "steps": meta["steps"], "seconds": meta["seconds"],
+    return {"seed": seed, "vocab": len(policy.tokenizer), "steps": meta["steps"],
+            "seconds": meta["seconds"],
+            "prompt_tokens": sum(map(len, prompts)) / len(prompts),
             "copied": exact / tasks, "tasks": tasks, "examples": texts[:3],
             "prompt": env.task(0).question}
 
@@ -62,26 +64,32 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--out", default="runs/search-copy")
+    parser.add_argument("--vocab", type=int, default=0,
+                        help="tokenizer size (0: one token per byte; see tiny_vocab)")
+    parser.add_argument("--name", default="search_copy", help="results/NAME.md")
     args = parser.parse_args()
     rows = []
     for seed in args.seeds:
-        rows.append(copy_rate(args.steps, seed, args.tasks, Path(args.out) / f"seed{seed}"))
+        rows.append(copy_rate(args.steps, seed, args.tasks, Path(args.out) / f"seed{seed}",
+                              args.vocab))
         print(json.dumps(rows[-1]), flush=True)
     command = (f"python benchmarks/labs/search_copy.py --steps {args.steps} --seeds "
-               f"{' '.join(map(str, args.seeds))} --tasks {args.tasks} --out {args.out}")
+               f"{' '.join(map(str, args.seeds))} --tasks {args.tasks} --out {args.out}"
+               + (f" --vocab {args.vocab} --name {args.name}" if args.vocab else ""))
     lines = ["# Copying a name into a query: the tiny searcher alone", "",
              f"Command: `{command}`", "", f"Machine: {describe()}.", "",
              "Warm start on the searcher's oracle examples alone (compact world, one-hop, "
              "batch 64, lr 3e-3, warm-up and cosine decay), then one sampled query per "
              f"held-out question; copied = exactly `<search>NAME</search>`. Questions look "
              f"like {rows[0]['prompt']!r}.", "",
-             "| seed | steps | copied | warm start time | first queries |",
-             "|---:|---:|---:|---:|---|"]
+             "| seed | vocabulary | prompt tokens | steps | copied | warm start time | "
+             "first queries |", "|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {r['seed']} | {r['steps']} | {r['copied']:.3f} | {r['seconds']:.0f} s "
+        lines.append(f"| {r['seed']} | {r['vocab']} | {r['prompt_tokens']:.0f} | "
+                     f"{r['steps']} | {r['copied']:.3f} | {r['seconds']:.0f} s "
                      f"| {', '.join(f'`{t}`' for t in r['examples'])} |")
     lines += ["", f"Held-out: the first {args.tasks} one-hop test questions."]
-    write_results("search_copy", lines, rows)
+    write_results(args.name, lines, rows)
 
 
 if __name__ == "__main__":
