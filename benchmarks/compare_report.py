@@ -6,9 +6,14 @@ Every difference is A minus B on the same held-out tasks, paired by seed (the ru
 one seed share their start, their "before" evaluation and their step-0 rollouts) and by
 task within a seed. Its standard error includes the seed-to-seed spread: the larger of
 a two-level bootstrap (seeds with replacement, then tasks with replacement within each
-drawn seed) and the between-seed standard error. "ahead"/"behind" only beyond 2 of them
-with every seed agreeing in sign; otherwise "within noise", with the number of seeds at
-which the observed difference would clear 2 between-seed standard errors.
+drawn seed) and the between-seed standard error. "ahead"/"behind" only beyond
+max(2, t) of them, t the two-sided 95% quantile of Student's t with seeds - 1 degrees
+of freedom (4.30 for 3 seeds), and with every seed agreeing in sign; otherwise "within
+noise", with the number of seeds at which the observed difference would clear that bar
+if the standard error shrank as 1/sqrt(seeds). Why t and not 2: with 3 seeds the
+between-seed spread is estimated from 2 degrees of freedom, and at 2 standard errors a
+simulated null difference (seed spread 0.03, task noise 0.3, 500 tasks) was called in
+about one comparison in seven (``benchmarks/verdict_false_calls.py`` measures it).
 """
 
 from __future__ import annotations
@@ -21,6 +26,14 @@ import numpy as np
 
 BOOTSTRAP_DRAWS = 4000
 DELTAS = (0.01, 0.02)  # the differences the noise floor is asked to resolve
+# Two-sided 95% quantiles of Student's t by degrees of freedom (beyond 10: 2 is used).
+T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
+         10: 2.23}
+
+
+def bar(seeds: int) -> float:
+    """How many standard errors a difference over ``seeds`` seeds must clear."""
+    return max(2.0, T_975.get(seeds - 1, 2.0))
 
 
 def _by_seed(rows: list[dict]) -> dict[int, dict]:
@@ -58,15 +71,15 @@ def pooled_difference(rows_a: list[dict], rows_b: list[dict], key: str = "per_ta
     boot = float(draws.std(ddof=1))
     se = max(between, boot)
     agree = all(d > 0 for d in per_seed) or all(d < 0 for d in per_seed)
-    called = abs(pooled) > 2 * se and agree and len(seeds) > 1
+    called = len(seeds) > 1 and agree and abs(pooled) > bar(len(seeds)) * se
     verdict = ("ahead" if pooled > 0 else "behind") if called else "within noise"
     out = {"diff": pooled, "se": se, "between_se": between, "bootstrap_se": boot,
            "per_seed": per_seed, "per_seed_se": per_seed_se, "seeds": seeds,
-           "verdict": verdict, "seeds_to_separate": None}
-    if not called and pooled and len(seeds) > 1:
-        spread = statistics.stdev(per_seed)
-        out["seeds_to_separate"] = max(len(seeds) + 1,
-                                       math.ceil((2 * spread / abs(pooled)) ** 2))
+           "verdict": verdict, "bar": bar(len(seeds)), "seeds_to_separate": None}
+    if not called and pooled and se:
+        out["seeds_to_separate"] = next(
+            (n for n in range(len(seeds) + 1, 1001)
+             if abs(pooled) > bar(n) * se * math.sqrt(len(seeds) / n)), None)
     return out
 
 
@@ -75,7 +88,16 @@ def diff_cell(d: dict) -> str:
     cell = f"{d['diff']:+.3f} ± {d['se']:.3f} (seeds: {seeds}) **{d['verdict']}**"
     if d["seeds_to_separate"]:
         cell += f"; ~{d['seeds_to_separate']} seeds would separate it"
+    elif d["verdict"] == "within noise" and d["diff"]:
+        cell += "; over 1,000 seeds would separate it"
     return cell
+
+
+def _difference(rows_a: list[dict], rows_b: list[dict]) -> dict | None:
+    """``pooled_difference``, or None when the two share no seed yet (a partial run)."""
+    if not set(_by_seed(rows_a)) & set(_by_seed(rows_b)):
+        return None
+    return pooled_difference(rows_a, rows_b)
 
 
 def _select(rows: list[dict], pair, algo: str, checkpoint: str = "after",
@@ -89,12 +111,12 @@ def noise_floor(rows: list[dict], pair, algo: str) -> dict | None:
     runs (rollout_seed 0 and 1) differ only in what they sampled, so their gap has
     variance 2 sigma^2 (sigma: one run's spread around its expected gain, evaluation
     noise included). Two algorithms' per-seed difference then has sd sqrt(2) sigma, and
-    resolving a difference delta at 2 standard errors takes n >= 8 sigma^2 / delta^2
-    seeds."""
+    resolving a difference delta takes the n seeds at which it clears the verdict's bar:
+    delta > bar(n) sqrt(2) sigma / sqrt(n) (about 8 sigma^2 / delta^2 for many seeds)."""
     first, twin = _select(rows, pair, algo), _select(rows, pair, algo, rollout_seed=1)
     start = _select(rows, pair, algo, "before")
     seeds = sorted(set(_by_seed(first)) & set(_by_seed(twin)) & set(_by_seed(start)))
-    if not seeds:
+    if len(seeds) < 2:  # one gap says nothing of a spread
         return None
     a, b, s0 = _by_seed(first), _by_seed(twin), _by_seed(start)
     gains = [(a[s]["avg_at_k"] - s0[s]["avg_at_k"], b[s]["avg_at_k"] - s0[s]["avg_at_k"])
@@ -103,7 +125,14 @@ def noise_floor(rows: list[dict], pair, algo: str) -> dict | None:
     sigma = math.sqrt(statistics.mean(g * g for g in gap["per_seed"]) / 2)
     return {"seeds": seeds, "gains": gains, "gap": gap, "sigma": sigma,
             "task_se": statistics.mean(gap["per_seed_se"]) / math.sqrt(2),
-            "seeds_for": {delta: math.ceil(8 * sigma ** 2 / delta ** 2) for delta in DELTAS}}
+            "seeds_for": {delta: seeds_for(delta, sigma) for delta in DELTAS}}
+
+
+def seeds_for(delta: float, sigma: float) -> int | None:
+    """Seeds at which a true difference ``delta`` between two algorithms clears the
+    verdict's bar, given one run's spread ``sigma`` (None: more than 1,000)."""
+    return next((n for n in range(2, 1001)
+                 if delta > bar(n) * math.sqrt(2) * sigma / math.sqrt(n)), None)
 
 
 def _noise_lines(rows, pairs, reference) -> list[str]:
@@ -116,8 +145,8 @@ def _noise_lines(rows, pairs, reference) -> list[str]:
              "`rollout_seed=1` (other training draws, rollouts and evaluation samples; the "
              "same warm start, held-out tasks and 'before'). sigma is one run's spread "
              "around its expected gain (evaluation noise included): sqrt(mean gap^2 / 2). "
-             "Seeds needed: to call a difference delta between two algorithms at 2 "
-             "standard errors, n >= 8 sigma^2 / delta^2.", "",
+             "Seeds needed: the n at which a true difference delta between two algorithms "
+             "clears the verdicts' bar, delta > bar(n) sqrt(2) sigma / sqrt(n).", "",
              "| env | workflow | seed: gain, twin gain | twin gap (pooled) | sigma | "
              "per-task SE of one gain | seeds for 0.01 | seeds for 0.02 |",
              "|---|---|---|---|---:|---:|---:|---:|"]
@@ -126,7 +155,7 @@ def _noise_lines(rows, pairs, reference) -> list[str]:
             f["seeds"], f["gains"], strict=True))
         lines.append(f"| {env} | {workflow} | {gains} | {f['gap']['diff']:+.3f} ± "
                      f"{f['gap']['se']:.3f} | {f['sigma']:.3f} | {f['task_se']:.3f} | "
-                     f"{f['seeds_for'][0.01]} | {f['seeds_for'][0.02]} |")
+                     + " | ".join(str(f["seeds_for"][d] or "> 1000") for d in DELTAS) + " |")
     return lines
 
 
@@ -147,17 +176,19 @@ def _verdict_lines(rows, pairs, reference, algos, same_as, kappa) -> list[str]:
                 continue
             alias = same_as.get(tuple(pair), {}).get(algo)
             name = f"{algo} (= {alias})" if alias else algo
-            gain = pooled_difference(other, _select(rows, pair, algo, "before"))
-            versus = (diff_cell(pooled_difference(ref, other)) if alias != reference else
-                      "identical by construction")
+            gain = _difference(other, _select(rows, pair, algo, "before"))
+            against = _difference(ref, other)
+            if gain is None or against is None:
+                continue
+            versus = diff_cell(against) if alias != reference else "identical by construction"
             lines.append(f"| {pair[0]} | {pair[1]} | {name} | {gain['diff']:+.3f} ± "
                          f"{gain['se']:.3f} | {versus} |")
     ref_gains = [(p, _select(rows, p, reference), _select(rows, p, reference, "before"))
                  for p in pairs]
     lines += ["", f"{reference} after minus the shared start (did the team learn?):", "",
               "| env | workflow | after - start |", "|---|---|---|"]
-    lines += [f"| {p[0]} | {p[1]} | {diff_cell(pooled_difference(a, b))} |"
-              for p, a, b in ref_gains if a and b]
+    lines += [f"| {p[0]} | {p[1]} | {diff_cell(d)} |" for p, a, b in ref_gains
+              if (d := _difference(a, b)) is not None]
     if set(kappa) <= set(algos):
         lines += ["", "Kappa (the paper's ordering: 1/sqrt K above sum above mean):", "",
                   "| env | workflow | srpo - srpo_sum | srpo_sum - srpo_mean | ordering |",
@@ -170,7 +201,9 @@ def _verdict_lines(rows, pairs, reference, algos, same_as, kappa) -> list[str]:
                 lines.append(f"| {pair[0]} | {pair[1]} | identical (every set has K = 1) "
                              "| identical | not testable here |")
                 continue
-            top, low = pooled_difference(sel[0], sel[1]), pooled_difference(sel[1], sel[2])
+            top, low = _difference(sel[0], sel[1]), _difference(sel[1], sel[2])
+            if top is None or low is None:
+                continue
             held = ("held" if top["verdict"] == low["verdict"] == "ahead" else
                     "contradicted" if "behind" in (top["verdict"], low["verdict"]) else
                     "not separated")
@@ -186,8 +219,12 @@ def _reference_lines(rows, references, reference) -> list[str]:
         single_pair = (team[0], single_label)
         trained = _select(rows, team, reference)
         single = _select(rows, single_pair, reference)
-        if not trained or not single:
+        common = set(_by_seed(trained)) & set(_by_seed(single))
+        if not common:
             continue
+        # every column over the seeds both sides have, as the paired differences are
+        trained = [r for r in trained if r["seed"] in common]
+        single = [r for r in single if r["seed"] in common]
         voted = [r for r in single if "majority" in r]
         if not lines:
             lines = ["", "## The team against one agent at the same budget", "",
@@ -308,12 +345,11 @@ def write_compare_plots(rows: list[dict], preset: dict, out: Path, reference: st
     for ax, pair in zip(axes[0], ready, strict=True):
         names, ys = [], []
         for algo in algos:
-            other = _select(rows, pair, algo)
-            if not other:
-                continue
-            d = pooled_difference(_select(rows, pair, reference), other)
-            y = len(names)
             alias = same_as.get(pair, {}).get(algo)
+            d = _difference(_select(rows, pair, reference), _select(rows, pair, algo))
+            if d is None or alias == reference:  # not run yet, or srpo itself
+                continue
+            y = len(names)
             names.append(f"{algo} (= {alias})" if alias else algo)
             ys.append(y)
             color = {"ahead": "tab:green", "behind": "tab:red"}.get(d["verdict"], "tab:gray")
@@ -327,8 +363,7 @@ def write_compare_plots(rows: list[dict], preset: dict, out: Path, reference: st
     fig.tight_layout()
     fig.savefig(out / "forest.png", dpi=120)
     plt.close(fig)
-    shown = [reference] + [a for a in algos if a not in
-                           {x for v in same_as.values() for x in v}]
+    shown = [reference] + algos  # each pair's own copies are skipped below
     fig, axes = plt.subplots(1, len(ready), figsize=(4.2 * len(ready), 3.4), squeeze=False)
     colors = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(preset["algos"])}
     for ax, pair in zip(axes[0], ready, strict=True):

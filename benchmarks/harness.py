@@ -252,9 +252,18 @@ def _one_thread() -> None:
 
 
 def _same_config(path: Path, config: TrainConfig) -> bool:
+    """Whether ``path`` holds a result of this very config. A field added to TrainConfig
+    after the result was written counts as its default there (the run could not have
+    set it), so adding a field does not make every stored run stale."""
     if not path.is_file():
         return False
-    return json.loads(path.read_text()).get("config") == json.loads(json.dumps(config.to_dict()))
+    stored = json.loads(path.read_text()).get("config")
+    if not isinstance(stored, dict):
+        return False
+    defaults = json.loads(json.dumps(TrainConfig(env=config.env, workflow=config.workflow,
+                                                 out=config.out).to_dict()))
+    current = json.loads(json.dumps(config.to_dict()))
+    return {**{k: defaults[k] for k in current.keys() - stored.keys()}, **stored} == current
 
 
 def warm_start_job(config: TrainConfig) -> dict:
@@ -339,7 +348,7 @@ def run_job(config: TrainConfig, before: dict, benchmarks: str = "", tasks: int 
             config, _engine(config, str(run_dir / "policy")), benchmarks, tasks)
         write_json_atomic(run_dir / "summary.json", summary)
     rows = run_rows(config, summary, run_dir, label)
-    if majority and (not report_only or (run_dir / "majority.json").is_file()):
+    if majority and (not report_only or _same_config(run_dir / "majority.json", config)):
         rows[-1]["majority"] = majority_result(config, run_dir, majority)
     return rows
 
@@ -534,6 +543,16 @@ def paired_difference(rows_a: list[dict], rows_b: list[dict]) -> dict[str, float
             "seeds": len(seeds)}
 
 
+def _start_rows(rows: list[dict], pair: tuple[str, str]) -> list[dict]:
+    """The pair's shared start, one row per seed, from whichever runs have finished."""
+    starts: dict[int, dict] = {}
+    for r in rows:
+        if (r["env"], r["workflow"]) == pair and r["checkpoint"] == "before" \
+                and not r.get("rollout_seed"):
+            starts.setdefault(r["seed"], {**r, "same_as": None})
+    return [starts[s] for s in sorted(starts)]
+
+
 def _pair_rows(rows: list[dict], pair: tuple[str, str], algo: str, checkpoint: str) -> list[dict]:
     return [r for r in rows if (r["env"], r["workflow"]) == pair and r["algo"] == algo
             and r["checkpoint"] == checkpoint]
@@ -568,7 +587,7 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
              "correct/M tokens | grad-norm CV | mean set size | events dropped |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for pair in pairs:
-        start = _pair_rows(rows, pair, algos[0], "before")
+        start = _start_rows(rows, pair)
         groups = [("start", start)] + [(a, _pair_rows(rows, pair, a, "after")) for a in algos]
         for algo, sel in groups:
             if not sel:
@@ -578,7 +597,8 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
                 return [r[key] for r in rows_]
 
             trained = algo != "start"
-            name = algo + (f" (= {sel[0]['same_as']})" if sel[0].get("same_as") else "")
+            name = algo + (f" (= {sel[0]['same_as']})"
+                           if trained and sel[0].get("same_as") else "")
             lines.append(
                 f"| {pair[0]} | {pair[1]} | {name} | {_mean_std(col('avg_at_k'))} | "
                 f"{_mean_std(col('pass_at_k'))} | {statistics.mean(col('tokens_per_task')):.1f} | "
@@ -587,12 +607,16 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
                 + (f"{statistics.mean(col('grad_norm_cv')):.2f} | "
                    f"{statistics.mean(col('mean_set_size')):.2f} | {sum(col('events_dropped'))} |"
                    if trained else "| | |"))
-    lines += ["", "Macro average over env/workflow pairs (after training):", "",
-              "| algo | avg@k | pass@k |", "|---|---:|---:|"]
-    for algo in algos:
-        per_pair = [_pair_rows(rows, p, algo, "after") for p in pairs]
-        avg = [statistics.mean(r["avg_at_k"] for r in sel) for sel in per_pair if sel]
-        pas = [statistics.mean(r["pass_at_k"] for r in sel) for sel in per_pair if sel]
+    # Only pairs every algorithm ran, so each average is over the same pairs.
+    common = [p for p in pairs if all(_pair_rows(rows, p, a, "after") for a in algos)]
+    if common:
+        lines += ["", "Macro average over the env/workflow pairs every algorithm ran (after "
+                  f"training; {len(common)} of {len(pairs)} pairs):", "",
+                  "| algo | avg@k | pass@k |", "|---|---:|---:|"]
+    for algo in algos if common else []:
+        per_pair = [_pair_rows(rows, p, algo, "after") for p in common]
+        avg = [statistics.mean(r["avg_at_k"] for r in sel) for sel in per_pair]
+        pas = [statistics.mean(r["pass_at_k"] for r in sel) for sel in per_pair]
         lines.append(f"| {algo} | {statistics.mean(avg):.3f} | {statistics.mean(pas):.3f} |")
     if REFERENCE in algos and len(algos) > 1 and not extra:
         lines += ["", f"{REFERENCE} minus each algorithm, held-out avg@k after training, paired "
@@ -715,7 +739,7 @@ def _benchmark_lines(rows: list[dict], pairs: list[tuple[str, str]], algos: list
                   "| workflow | algo | " + " | ".join(names) + " | macro |",
                   "|---|---|" + "---:|" * (len(names) + 1)]
         for workflow in [w for e, w in pairs if e == env]:
-            groups = [("start", _pair_rows(rows, (env, workflow), algos[0], "before"))]
+            groups = [("start", _start_rows(rows, (env, workflow)))]
             groups += [(a, _pair_rows(rows, (env, workflow), a, "after")) for a in algos]
             for algo, sel in groups:
                 sel = [r for r in sel if "benchmarks" in r]

@@ -26,13 +26,14 @@ def episode_correct(rollout) -> bool:
 
 def vote_key(rollout) -> str | None:
     """What a majority vote over independent episodes counts: "right" for a correct
-    episode (equivalent right answers written differently pool), else the final answer
-    the env read (math ``final_answer``, Countdown ``value``); None when it read none (an
-    abstention)."""
+    episode (equivalent right answers written differently pool), else the answer the
+    env read in the env's own voting form where it gives one (math ``answer_key``: "2"
+    and "2.0" pool), else as written (math ``final_answer``, Countdown ``value``); None
+    when it read none (an abstention)."""
     if episode_correct(rollout):
         return "right"
     final = rollout.transitions[-1].info if rollout.transitions else {}
-    answer = final.get("final_answer", final.get("value"))
+    answer = final.get("answer_key", final.get("final_answer", final.get("value")))
     return None if answer is None else f"answer:{answer}"
 
 

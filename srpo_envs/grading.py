@@ -337,6 +337,18 @@ def _match(pred: str, gold: str, deadline: float) -> tuple[bool, str]:
     return (False, "timeout") if verdict is None else (verdict, "math_verify")
 
 
+def answer_key(answer: str) -> str:
+    """A form under which answers written differently but alike count as one in a vote:
+    a number is its exact value ("2", "2.0" and "\\frac{4}{2}" are "2"), anything else its
+    normalized text. Coarser than ``answers_match`` (no sets, intervals or symbolic
+    equivalence), so two equal answers may still get two keys; never the other way."""
+    text = _normalize(answer)
+    scalar = _parse_scalar(text)
+    if scalar is None:
+        return text
+    return f"{scalar.value}{'%' if scalar.percent else ''}"
+
+
 def answers_match(pred: str, gold: str, *, timeout: float = 1.0) -> bool:
     """Whether the extracted answer ``pred`` is equivalent to ``gold``, within ``timeout`` s."""
     return _match(pred, gold, time.monotonic() + timeout)[0]

@@ -195,3 +195,28 @@ def test_solvers_right_reads_the_envs_frozen_member_flags(fresh_model):
         assert solvers_right(rollout) == (sum(flags.values()), 2)
     result = evaluate(engine, envs, indices, 2)
     assert 0 <= result["solver_majority"] <= result["solver_any"] <= 1
+
+
+def test_answer_key_pools_numbers_written_differently():
+    from srpo_envs.grading import answer_key
+
+    assert {answer_key(a) for a in ("2", "2.0", r"\frac{4}{2}", "4/2", " 2. ")} == {"2"}
+    assert answer_key("0.5") == answer_key("1/2") != answer_key("2")
+    assert answer_key("x+1") == "x+1"
+
+
+def test_a_result_stored_before_a_field_existed_still_matches(tmp_path):
+    """Adding a TrainConfig field must not make every stored run stale: a field missing
+    from a stored config counts as its default there, and any other change still counts."""
+    from harness import _same_config
+
+    config = TrainConfig(env="SRPO-Math-v0", workflow="parallel", out=str(tmp_path / "run"))
+    stored = config.to_dict()
+    del stored["tiny_vocab"]  # written by a version without the field
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"config": stored}))
+    assert _same_config(path, config)
+    assert not _same_config(path, TrainConfig(env="SRPO-Math-v0", workflow="parallel",
+                                              out=str(tmp_path / "run"), tiny_vocab=300))
+    assert not _same_config(path, TrainConfig(env="SRPO-Math-v0", workflow="parallel",
+                                              out=str(tmp_path / "run"), lr=1e-4))

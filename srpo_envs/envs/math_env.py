@@ -78,7 +78,7 @@ from pathlib import Path
 from typing import Any
 
 from srpo_envs.event_env import EventEnv, EventOutcome
-from srpo_envs.grading import answers_match, extract_answer
+from srpo_envs.grading import answer_key, answers_match, extract_answer
 from srpo_envs.math_tasks import MathTask, check_levels, distinct_tasks, generate_task, load_tasks
 from srpo_envs.routing import (
     Route,
@@ -307,7 +307,8 @@ class MathEnv(EventEnv):
 
     def _final(self, event_type: str, answer: str | None, info: dict) -> EventOutcome:
         correct = self._is_correct(answer)
-        info.update(correct=correct, final_answer=answer, gold=self._task.answer)
+        info.update(correct=correct, final_answer=answer, gold=self._task.answer,
+                    answer_key=None if answer is None else answer_key(answer))
         reward = self.config.reward_correct if correct else self.config.reward_wrong
         return EventOutcome(event_type, reward=reward, terminated=True, info=info)
 
