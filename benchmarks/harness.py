@@ -54,6 +54,7 @@ from typing import Any
 
 from compare_report import compare_lines, write_compare_plots
 from machine import describe
+from search_track import track_settings
 
 from srpo_agents.benchmark_sets import default_data_dir
 from srpo_agents.checkpoint import write_json_atomic
@@ -84,6 +85,18 @@ COMPARE_ORDER = ["srpo", "grpo", "magrpo", "srpo_singleton", "dr_mas", "at_grpo"
                  "srpo_sum", "srpo_mean"]
 COUNTDOWN_VARIANTS = {("SRPO-Countdown-v0", "single"): dict(workflow="single",
                                                            warm_pair="parallel")}
+SEARCH = "SRPO-Search-v0"
+SEARCH_WARM_ROOT = "runs/search-warmstart"
+# The demo's RL settings on the search track: 16 questions x G=8 per step, one epoch in
+# mini-batches of 64 units, lr 3e-5, clip-higher; 500 held-out questions x k=4.
+SEARCH_RL = {**{k: DEMO[k] for k in ("group_size", "tasks_per_step", "lr", "epochs",
+                                     "minibatch_units", "eps_high")},
+             "eval_tasks": 500, "eval_k": 4}
+SEARCH_VARIANTS = {
+    (SEARCH, "search_answer_verify"): track_settings("search_answer_verify"),
+    (SEARCH, "routed"): track_settings("routed"),
+    (SEARCH, "parallel"): {**track_settings("routed"), "workflow": "parallel",
+                           "warm_pair": "routed"}}
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {"pairs": [("SRPO-Math-v0", "parallel")], "algos": ["srpo", "grpo"],
               "seeds": [0], "base": dict(model="fresh-tiny", steps=2, group_size=2,
@@ -180,6 +193,15 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "variants": {(env, f"single@{w}"): dict(workflow="single", warm_pair=w,
                                                          algos=["srpo"])
                              for env, w in COMPARE_TEAMS}},
+    # The search track's pilot (issue 26): SRPO from the track's cached warm start
+    # (benchmarks/search_track.py builds it into warm_root; the routed workflow's serves
+    # parallel), the demo's RL settings, and a validation curve every 10 steps, to size
+    # the steps of the runs that follow.
+    "search_pilot": {"pairs": [(SEARCH, "search_answer_verify"), (SEARCH, "parallel")],
+                     "algos": ["srpo"], "seeds": [0], "warm_root": SEARCH_WARM_ROOT,
+                     "base": {**SEARCH_RL, "model": "tiny", "steps": 60, "eval_every": 10,
+                              "curve_tasks": 200},
+                     "variants": SEARCH_VARIANTS},
     # The GPU preset: the paper's setting on the real benchmark files (see
     # srpo_agents.benchmark_sets). Training data: the MATH train stand-in; for search,
     # HotpotQA train questions over a Wikipedia retrieval server (Search-R1's protocol)
@@ -402,6 +424,31 @@ def same_as_rows(preset: dict, rows: list[dict]) -> list[dict]:
     return copies
 
 
+def warm_start_plan(preset: dict, out: Path, base: dict | None = None
+                    ) -> tuple[dict[tuple[str, str], str], list[tuple[str, str]], list[tuple]]:
+    """(each pair's warm-start model folder, the warm pairs built, their build jobs).
+
+    One warm start per pair, shared by its seeds and algorithms; a pair with a
+    ``warm_pair`` starts from that pair's (built here even when the preset runs no pair
+    of that name). ``warm_root``: a folder of warm starts shared with other presets and
+    scripts (``benchmarks/search_track.py`` builds the search track's there)."""
+    warm_root = Path(preset.get("warm_root") or out / "warmstart")
+    starts: dict[tuple[str, str], str] = {}
+    own: list[tuple[str, str]] = []
+    jobs: list[tuple] = []
+    for env, label in preset["pairs"]:
+        warm = pair_settings(preset, env, label, base)[2]
+        folder = warm_root / _pair_name(env, warm)
+        starts[(env, label)] = str(folder / "warmstart")
+        if (env, warm) in own:
+            continue
+        own.append((env, warm))
+        workflow, settings, _ = pair_settings(preset, env, warm, base)
+        jobs.append((TrainConfig(env=env, workflow=workflow, seed=0, out=str(folder),
+                                 warmstart_dir=str(folder), **settings),))
+    return starts, own, jobs
+
+
 def run_preset(name: str, out: Path, log=print, workers: int = 1,
                envs: tuple[str, ...] = (), report_only: bool = False) -> list[dict]:
     """Run a preset (finished runs are read back) and write its table and plots.
@@ -426,20 +473,11 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
     try:
         starts: dict[tuple[str, str], str] = {}
         if base["model"] == "tiny":
-            # One warm start per pair, shared by its seeds and algorithms.
-            jobs, own = [], []
-            for env, label in preset["pairs"]:
-                workflow, settings, warm = settings_for(env, label)
-                folder = out / "warmstart" / _pair_name(env, warm)
-                starts[(env, label)] = str(folder / "warmstart")
-                if warm == label:
-                    own.append((env, label))
-                    jobs.append((TrainConfig(env=env, workflow=workflow, seed=0,
-                                             out=str(folder), warmstart_dir=str(folder),
-                                             **settings),))
+            starts, own, jobs = warm_start_plan(preset, out, base)
             if not report_only:
                 log(f"harness: {len(jobs)} warm starts")
                 metas = _map(pool, warm_start_job, jobs)
+                (out / "warmstart").mkdir(parents=True, exist_ok=True)
                 write_json_atomic(out / "warmstart" / "summary.json", {
                     _pair_name(*p): m for p, m in zip(own, metas, strict=True)})
 

@@ -1,11 +1,21 @@
-"""The tiny policy's search track: can a warm-started team search and answer?
+"""The tiny policy's search track: build its warm start once, then measure it.
 
-    python benchmarks/search_track.py [--workflows parallel search_answer_verify]
-        [--steps 150] [--minutes 5] [--tasks 500] [--k 2] [--out runs/search-track]
+    python benchmarks/search_track.py [--workflows search_answer_verify routed]
+        [--tasks 500] [--k 4] [--out runs/search-warmstart]
 
-Per workflow: warm-start the tiny policy (``srpo_agents.warmstart``: supervised steps on
-the env's own oracle trajectories) on SRPO-Search-v0's compact world, one-hop questions,
-then run it on held-out (test-split) questions and measure:
+The defaults are the track's recipe (``RECIPE``), the one measured to teach the
+1M-parameter byte-level policy both copy skills (``results/search_track.md``): 900
+warm-start steps on the env's oracle trajectories (``srpo_agents.warmstart``), the
+first 600 on the searcher's examples alone, then a focus phase of 900 steps on the
+readers' (``READERS``). SRPO-Search-v0's compact world, one-hop questions, two rounds,
+the top passage per query. About 55 minutes on 2 cores per workflow, once: the build
+writes a checkpoint every 100 steps (a killed build resumes), and the result is cached
+in ``OUT/SRPO-Search-v0-WORKFLOW/warmstart`` under a key of everything that shapes it.
+That is the folder the harness's search presets read (``warm_root``), so every later
+run and seed of the track starts in seconds. ``routed``'s warm start also serves
+``parallel`` (its searchers and aggregator).
+
+On held-out (test-split) questions it measures:
 
 - **well-formed tags**: the share of turns whose text is a well-formed action of its
   role (``srpo_envs.envs.search_env.well_formed``), overall and per role;
@@ -13,9 +23,8 @@ then run it on held-out (test-split) questions and measure:
   document, and the share of questions where at least one first-round query did;
 - **accuracy**: held-out avg@k and pass@k (exact match after SQuAD normalization).
 
-A warm start whose settings match is read back from ``OUT/WORKFLOW/warmstart``. Writes
-``benchmarks/results/search_track_run.md`` and ``.json`` (the findings over many runs
-are kept by hand in ``search_track.md``, which this script leaves alone).
+Writes ``benchmarks/results/search_track_run.md`` and ``.json`` (the findings over many
+runs are kept by hand in ``search_track.md``, which this script leaves alone).
 """
 
 from __future__ import annotations
@@ -35,18 +44,48 @@ from srpo_agents.rollout import RolloutEngine
 from srpo_agents.train import prepare_policy
 from srpo_envs.envs.search_env import well_formed
 
+READERS = {"search_answer_verify": ("answerer", "verifier"), "parallel": ("aggregator",),
+           "routed": ("aggregator",)}
+"""The roles of each workflow's focus phase: those who copy the answer out of a passage."""
+
+RECIPE = {"warmstart_steps": 900, "warmstart_first_steps": 600, "warmstart_focus_steps": 900,
+          "warmstart_minutes": 120.0, "top_k": 1}
+"""The track's warm start (search_track.md: tags 0.993, gold on top 0.750, avg@1 0.435
+on 200 held-out one-hop questions for search_answer_verify)."""
+
 
 def track_config(workflow: str, out: str, warmstart_steps: int, minutes: float, seed: int = 0,
-                 first_steps: int = 0, top_k: int = 2, **overrides) -> TrainConfig:
+                 first_steps: int = 0, top_k: int = 2, focus_steps: int = 0,
+                 **overrides) -> TrainConfig:
     """The tiny search track: compact world, one-hop questions, 2 rounds; the warm start's
-    first ``first_steps`` steps train the searchers alone (the copy curriculum)."""
-    return TrainConfig(**{
-        "env": "SRPO-Search-v0", "workflow": workflow, "n_agents": 2, "max_turns": 2,
-        "model": "tiny", "max_new_tokens": 32, "seed": seed, "out": out,
-        "warmstart_steps": warmstart_steps, "warmstart_decay": True, "warmstart_minutes": minutes,
-        "warmstart_target": 1.0, "warmstart_first_roles": ("searcher",) if first_steps else (),
-        "warmstart_first_steps": first_steps,
-        "extra_env_kwargs": {"hops": [1], "top_k": top_k}, **overrides})
+    first ``first_steps`` steps train the searchers alone (the copy curriculum), and
+    ``focus_steps`` more train the workflow's readers (``READERS``) after the rest."""
+    return TrainConfig(**{**track_settings(workflow, warmstart_steps, minutes, first_steps,
+                                           top_k, focus_steps),
+                          "env": "SRPO-Search-v0", "workflow": workflow, "seed": seed,
+                          "out": out, **overrides})
+
+
+def track_settings(workflow: str, warmstart_steps: int = RECIPE["warmstart_steps"],
+                   minutes: float = RECIPE["warmstart_minutes"],
+                   first_steps: int = RECIPE["warmstart_first_steps"],
+                   top_k: int = RECIPE["top_k"],
+                   focus_steps: int = RECIPE["warmstart_focus_steps"]) -> dict:
+    """The TrainConfig fields of SRPO-Search-v0's track (world, agents, warm start) for
+    ``workflow``, by default the recipe's: what the harness's search presets start from."""
+    return {"n_agents": 2, "max_turns": 2, "model": "tiny",
+            "max_new_tokens": 32, "warmstart_steps": warmstart_steps,
+            "warmstart_decay": True, "warmstart_minutes": minutes, "warmstart_target": 1.0,
+            "warmstart_first_roles": ("searcher",) if first_steps else (),
+            "warmstart_first_steps": first_steps,
+            "warmstart_focus_roles": READERS[workflow] if focus_steps else (),
+            "warmstart_focus_steps": focus_steps,
+            "extra_env_kwargs": {"hops": [1], "top_k": top_k}}
+
+
+def warm_folder(out: str | Path, workflow: str) -> Path:
+    """Where a workflow's warm start is built: the harness's pair folder name."""
+    return Path(out) / f"SRPO-Search-v0-{workflow}"
 
 
 def measure(engine: RolloutEngine, config: TrainConfig, tasks: int, k: int) -> dict:
@@ -89,46 +128,54 @@ def measure(engine: RolloutEngine, config: TrainConfig, tasks: int, k: int) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workflows", nargs="+", default=["parallel", "search_answer_verify"])
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--minutes", type=float, default=5.0)
-    parser.add_argument("--first-steps", type=int, default=0,
+    parser.add_argument("--workflows", nargs="+", default=["search_answer_verify", "routed"],
+                        choices=sorted(READERS))
+    parser.add_argument("--steps", type=int, default=RECIPE["warmstart_steps"])
+    parser.add_argument("--minutes", type=float, default=RECIPE["warmstart_minutes"])
+    parser.add_argument("--first-steps", type=int, default=RECIPE["warmstart_first_steps"],
                         help="warm-start steps on the searchers' examples alone, first")
-    parser.add_argument("--top-k", type=int, default=2, help="passages per query")
+    parser.add_argument("--focus-steps", type=int, default=RECIPE["warmstart_focus_steps"],
+                        help="warm-start steps on the readers' examples after the rest")
+    parser.add_argument("--top-k", type=int, default=RECIPE["top_k"], help="passages per query")
     parser.add_argument("--tasks", type=int, default=500)
-    parser.add_argument("--k", type=int, default=2)
+    parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="runs/search-track")
+    parser.add_argument("--out", default="runs/search-warmstart")
     args = parser.parse_args()
     results = {}
     for workflow in args.workflows:
-        run_dir = Path(args.out) / workflow
+        run_dir = warm_folder(args.out, workflow)
         config = track_config(workflow, str(run_dir), args.steps, args.minutes, args.seed,
-                              first_steps=args.first_steps, top_k=args.top_k)
+                              first_steps=args.first_steps, top_k=args.top_k,
+                              focus_steps=args.focus_steps, warmstart_dir=str(run_dir))
         policy, meta = prepare_policy(config, run_dir, print)
         engine = RolloutEngine(policy, max_new_tokens=config.max_new_tokens, seed=args.seed)
         results[workflow] = {"warm_start": {k: v for k, v in meta.items() if k != "settings"},
                              **measure(engine, config, args.tasks, args.k)}
         print(workflow, json.dumps(results[workflow]), flush=True)
     command = (f"python benchmarks/search_track.py --workflows {' '.join(args.workflows)} "
-               f"--steps {args.steps} --first-steps {args.first_steps} --top-k {args.top_k} "
+               f"--steps {args.steps} --first-steps {args.first_steps} "
+               f"--focus-steps {args.focus_steps} --top-k {args.top_k} "
                f"--minutes {args.minutes:g} --tasks {args.tasks} "
                f"--k {args.k} --seed {args.seed} --out {args.out}")
     lines = ["# The tiny policy's search track", "", f"Command: `{command}`", "",
              f"Machine: {describe()}.", "",
              "SRPO-Search-v0, compact world, one-hop test-split questions, 2 searchers "
-             f"(parallel), 2 rounds, top {args.top_k} passages per query. Warm start: "
-             f"supervised steps on the env's oracle trajectories (batch 64, lr 3e-3, warm-up "
-             f"and cosine decay), the first {args.first_steps} on the searchers' examples "
-             f"alone.", "",
+             f"(parallel, routed), 2 rounds, top {args.top_k} passages per query. Warm start: "
+             f"{args.steps} supervised steps on the env's oracle trajectories (batch 64, lr "
+             f"3e-3, warm-up and cosine decay), the first {args.first_steps} on the "
+             f"searchers' examples alone, then {args.focus_steps} on the readers' (a fresh "
+             f"warm-up and cosine; every 4th batch of every role's).", "",
              "| workflow | warm start | well-formed turns | by role | first-round queries "
              "with gold in top k | questions with gold in top k | avg@k | pass@k |",
              "|---|---|---:|---|---:|---:|---:|---:|"]
     for workflow, r in results.items():
         w = r["warm_start"]
+        built = "cached" if w.get("cached") else "built"
         roles = ", ".join(f"{role} {v:.3f}" for role, v in r["well_formed_by_role"].items())
         lines.append(
-            f"| {workflow} | {w['steps']} steps, {w['seconds']:.0f} s | {r['well_formed']:.3f} "
+            f"| {workflow} | {w['steps']} steps, {w['seconds']:.0f} s ({built}) "
+            f"| {r['well_formed']:.3f} "
             f"| {roles} | {r['query_gold_in_top_k']:.3f} | {r['question_gold_in_top_k']:.3f} "
             f"| {r['avg_at_k']:.3f} ± {r['avg_at_k_stderr']:.3f} | {r['pass_at_k']:.3f} |")
     lines += ["", f"Held-out: {next(iter(results.values()))['tasks']} questions x "

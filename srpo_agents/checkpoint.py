@@ -124,7 +124,7 @@ def _optimizer_parts(name: str, optimizer) -> tuple[dict[str, Any], dict[str, to
     return {"state": plain_state, "param_groups": _jsonable(state["param_groups"])}, tensors
 
 
-def _optimizer_state(name: str, plain: dict[str, Any], tensors: dict[str, torch.Tensor]
+def optimizer_state(name: str, plain: dict[str, Any], tensors: dict[str, torch.Tensor]
                      ) -> dict[str, Any]:
     state: dict[int, dict[str, Any]] = {}
     prefix = f"optimizer/{name}/"
@@ -287,7 +287,7 @@ def load_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict
             policy.model.load_state_dict({k[len(prefix):]: v for k, v in tensors.items()
                                           if k.startswith(prefix)})
             optimizers[name].load_state_dict(
-                _optimizer_state(name, payload["optimizers"][name], tensors))
+                optimizer_state(name, payload["optimizers"][name], tensors))
         set_rng_state(payload["rng"], tensors, generators)
         return {**payload, "folder": str(folder)}
     raise CheckpointError("--resume: no usable checkpoint; " + "; ".join(problems))

@@ -88,7 +88,7 @@ def add_config_flags(parser: argparse.ArgumentParser, skip: set[str]) -> None:
         help_text = field_docs().get(field.name, "").replace("%", "%%")
         if kind is bool:
             parser.add_argument(flag, action="store_true", default=default, help=help_text)
-        elif field.name in ("difficulty", "warmstart_first_roles"):
+        elif field.name in ("difficulty", "warmstart_first_roles", "warmstart_focus_roles"):
             parser.add_argument(flag, type=int if field.name == "difficulty" else str,
                                 nargs="+", default=list(default), help=help_text)
         elif field.name == "extra_env_kwargs":
@@ -371,7 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
                "warmstart_steps", "warmstart_skill", "warmstart_decay", "dynamic_sampling",
                "group_size", "tasks_per_step", "algo", "microbatch_rows", "advantage",
                "per_role_policies", "warmstart_dir", "warmstart_first_roles",
-               "warmstart_first_steps", "rollout_workers", "ray_address", "tensorboard"}
+               "warmstart_first_steps", "warmstart_focus_roles", "warmstart_focus_steps",
+               "rollout_workers", "ray_address", "tensorboard"}
     add_config_flags(ev, skip=ev_skip)
     ev.set_defaults(run=cmd_eval)
     ro = commands.add_parser(

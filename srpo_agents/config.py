@@ -124,6 +124,14 @@ class TrainConfig:
     warmstart_first_steps: int = 0
     """Tiny model only: steps of the warm start's curriculum (see
     warmstart_first_roles)."""
+    warmstart_focus_roles: tuple[str, ...] = ()
+    """Tiny model only: roles of a focus phase after the ``warmstart_steps``: a fresh
+    optimizer and lr schedule, and batches of these roles' examples alone except every
+    4th, which holds every role's (the search track's readers, who learn to copy the
+    answer out of a passage only after the searcher copies the name into its query)."""
+    warmstart_focus_steps: int = 0
+    """Tiny model only: steps of the focus phase (see warmstart_focus_roles); it needs
+    ``warmstart_steps``."""
     warmstart_dir: str = ""
     """Tiny model only: folder that caches the warm start (default: the run directory),
     so that runs of several algorithms can share one."""
@@ -223,7 +231,8 @@ class TrainConfig:
             raise ValueError(f"tiny_vocab={self.tiny_vocab!r}: expected 0 (one token per "
                              f"byte) or an int > 260 (the byte and special tokens)")
         for name in ("steps", "eval_every", "save_every", "minibatch_units", "warmstart_steps",
-                     "warmstart_first_steps", "curve_tasks", "rollout_workers", "rollout_seed"):
+                     "warmstart_first_steps", "warmstart_focus_steps", "curve_tasks",
+                     "rollout_workers", "rollout_seed"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}={value!r}: expected an int >= 0")
@@ -232,6 +241,16 @@ class TrainConfig:
                              f"at least 2 rollouts per task (only training does: srpo "
                              f"rollout takes --group-size 1)")
         self.warmstart_first_roles = tuple(self.warmstart_first_roles)
+        self.warmstart_focus_roles = tuple(self.warmstart_focus_roles)
+        if bool(self.warmstart_focus_roles) != bool(self.warmstart_focus_steps):
+            raise ValueError(
+                f"warmstart_focus_roles={self.warmstart_focus_roles!r} and "
+                f"warmstart_focus_steps={self.warmstart_focus_steps!r}: expected both set "
+                f"(a focus phase) or neither")
+        if self.warmstart_focus_steps and not self.warmstart_steps:
+            raise ValueError(f"warmstart_focus_steps={self.warmstart_focus_steps!r} needs "
+                             f"warmstart_steps > 0: the focus phase follows a known number "
+                             f"of steps")
         if bool(self.warmstart_first_roles) != bool(self.warmstart_first_steps):
             raise ValueError(
                 f"warmstart_first_roles={self.warmstart_first_roles!r} and "

@@ -66,6 +66,8 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
                       decay=config.warmstart_decay,
                       first_roles=config.warmstart_first_roles,
                       first_steps=config.warmstart_first_steps,
+                      focus_roles=config.warmstart_focus_roles,
+                      focus_steps=config.warmstart_focus_steps,
                       episodes=config.warmstart_episodes,
                       eval_tasks=config.warmstart_eval_tasks,
                       batch_size=config.warmstart_batch_size, vocab_size=config.tiny_vocab,

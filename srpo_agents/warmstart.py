@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import random
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +30,18 @@ from typing import Any
 
 import torch
 
-from srpo_agents.checkpoint import save_pretrained_atomic, write_json_atomic
+from srpo_agents import faults
+from srpo_agents.checkpoint import (
+    SHARED,
+    CheckpointError,
+    checkpoint_dirs,
+    optimizer_state,
+    read_checkpoint,
+    save_checkpoint,
+    save_pretrained_atomic,
+    set_rng_state,
+    write_json_atomic,
+)
 from srpo_agents.evaluate import evaluate
 from srpo_agents.policy import Policy, load_policy
 from srpo_agents.rollout import RolloutEngine
@@ -170,14 +182,41 @@ def sft_step(policy: Policy, optimizer: torch.optim.Optimizer, batch: list[tuple
     return loss
 
 
+FOCUS_MIX_EVERY = 4
+"""In the focus phase every 4th batch holds every role's examples, the others only the
+focus roles': the other roles keep what the main phase taught them."""
+
+SAVE_EVERY = 100
+"""Optimizer steps between the warm start's resumable checkpoints."""
+
+BUILD = "warmstart-build"
+"""The run directory's folder of an unfinished warm start's checkpoints."""
+
+
+def _optimizer(policy: Policy, lr: float, warmup: int, decay_steps: int):
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr, weight_decay=0.01)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, warmup, decay_steps))
+    return optimizer, scheduler
+
+
+def _role_pool(encoded: list, examples: list, roles: tuple[str, ...], what: str) -> list:
+    pool = [e for e, (role, _, _) in zip(encoded, examples, strict=True) if role in roles]
+    if roles and not pool:
+        raise ValueError(f"{what}={tuple(roles)!r}: no reference example has one of these "
+                         f"roles (roles: {sorted({r for r, _, _ in examples})})")
+    return pool
+
+
 def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                make_eval_env: Callable[[int], Any], *, minutes: float, target: float,
                seed: int, max_new_tokens: int, steps: int = 0, episodes: int = 20000,
                check_every: int = 50, eval_tasks: int = 64, skill: float = 0.75,
                lr: float = 3e-3, batch_size: int = 64, warmup: int = 0, decay: bool = False,
                first_roles: tuple[str, ...] = (), first_steps: int = 0,
+               focus_roles: tuple[str, ...] = (), focus_steps: int = 0,
                env_name: str, key: dict | None = None, vocab_size: int = 0,
-               log=print) -> tuple[Policy, dict]:
+               save_every: int = SAVE_EVERY, log=print) -> tuple[Policy, dict]:
     """Build (or load from ``run_dir/warmstart``) the warm-started tiny policy.
 
     It stops after ``steps`` optimizer steps (0: no limit), after ``minutes``, or once
@@ -188,12 +227,24 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     cosine decay of the lr to a tenth over ``steps`` (needs ``steps``). ``first_roles``,
     ``first_steps``: the first steps sample only those roles' examples (a curriculum:
     short prompts that teach a skill, such as copying a name, before the long ones).
+    ``focus_roles``, ``focus_steps``: after the ``steps``, a focus phase of
+    ``focus_steps`` more steps with a fresh optimizer and lr schedule (``DECAY_WARMUP``
+    steps of warm-up, then the cosine over the phase), whose batches hold only those
+    roles' examples except every ``FOCUS_MIX_EVERY``-th (the search track's readers, who
+    learn to copy from a passage only after the searcher has learned its query).
     ``make_eval_env`` must make envs of a validation split (module docstring); ``key``:
     what else shapes the result (``srpo_agents.train.warm_start_key``), part of the cache
-    key. ``vocab_size``: the tokenizer's (``tiny.build_tiny_policy``; 0, bytes only)."""
+    key. ``vocab_size``: the tokenizer's (``tiny.build_tiny_policy``; 0, bytes only).
+
+    Every ``save_every`` steps the build writes a checkpoint (``run_dir/warmstart-build``);
+    a build that was killed resumes from it with the same weights, optimizer and random
+    numbers it would have had, and ``minutes`` counts the time of every attempt."""
     if decay and not steps:
         raise ValueError("warm_start(decay=True) needs steps > 0: the cosine decay runs "
                          "over a known number of steps")
+    if focus_steps and not steps:
+        raise ValueError("warm_start(focus_steps > 0) needs steps > 0: the focus phase "
+                         "starts after a known number of steps")
     out = Path(run_dir) / "warmstart"
     settings = {"minutes": minutes, "target": target, "seed": seed, "episodes": episodes,
                 "check_every": check_every, "eval_tasks": eval_tasks, "skill": skill,
@@ -203,6 +254,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                 # a byte tokenizer (0) leaves the key as it was before merges existed
                 "model": {**TINY_SHAPE, **({"vocab_size": vocab_size} if vocab_size else {})},
                 "run": key or {}, "version": 3}
+    if focus_steps:  # absent when unused: the keys of existing caches stay valid
+        settings.update(focus_roles=list(focus_roles), focus_steps=focus_steps)
     settings = canonical(settings)
     meta_path = out / META
     if meta_path.is_file():
@@ -222,18 +275,24 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     policy = build_tiny_policy(texts, Path(run_dir) / "tiny-init", seed=seed,
                                vocab_size=vocab_size, **TINY_SHAPE)
     encoded = _encode(policy, examples)
-    first_pool = [e for e, (role, _, _) in zip(encoded, examples, strict=True)
-                  if role in first_roles]
-    if first_steps and not first_pool:
-        raise ValueError(f"first_roles={tuple(first_roles)!r}: no reference example has "
-                         f"one of these roles (roles: {sorted({r for r, _, _ in examples})})")
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr, weight_decay=0.01)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, warmup, steps if decay else 0))
+    first_pool = _role_pool(encoded, examples, first_roles if first_steps else (),
+                            "first_roles")
+    focus_pool = _role_pool(encoded, examples, focus_roles if focus_steps else (),
+                            "focus_roles")
     engine = RolloutEngine(policy, max_new_tokens=max_new_tokens, seed=seed)
     eval_envs = [make_eval_env(10_000 + i) for i in range(eval_tasks * 2)]
+    build = Path(run_dir) / BUILD
+    phase, done, spent = "main", 0, 0.0  # ``done``: steps of the phase now running
+    optimizer, scheduler = _optimizer(policy, lr, warmup, steps if decay else 0)
     rng = random.Random(seed)
-    start, done, checked, loss = time.monotonic(), 0, None, torch.tensor(float("nan"))
+    resumed = _resume(build, settings, policy, rng, log)
+    if resumed is not None:
+        phase, done, spent = resumed["phase"], resumed["done"], resumed["seconds"]
+        if phase == "focus":
+            optimizer, scheduler = _optimizer(policy, lr, DECAY_WARMUP, focus_steps)
+        optimizer.load_state_dict(resumed["optimizer"])
+        scheduler.last_epoch = resumed["scheduler_epoch"]
+    start, checked, loss = time.monotonic() - spent, None, torch.tensor(float("nan"))
 
     def check(step: int, loss: torch.Tensor) -> float:
         policy.model.eval()
@@ -243,26 +302,84 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
             f"{accuracy:.3f} ({time.monotonic() - start:.0f}s)")
         return accuracy
 
-    while time.monotonic() - start < minutes * 60 and not (steps and done >= steps):
+    def total() -> int:
+        return done + (steps if phase == "focus" else 0)
+
+    while time.monotonic() - start < minutes * 60:
+        if phase == "main" and steps and done >= steps:
+            if not focus_steps:
+                break
+            phase, done = "focus", 0
+            optimizer, scheduler = _optimizer(policy, lr, DECAY_WARMUP, focus_steps)
+            rng = random.Random(seed + 1)
+            log(f"warm start: focus phase, {focus_steps} steps on {', '.join(focus_roles)}")
+        if phase == "focus" and done >= focus_steps:
+            break
         policy.model.train()
-        pool = first_pool if done < first_steps else encoded
+        if phase == "focus":
+            pool = encoded if (done + 1) % FOCUS_MIX_EVERY == 0 else focus_pool
+        else:
+            pool = first_pool if done < first_steps else encoded
         loss = sft_step(policy, optimizer, rng.sample(pool, min(batch_size, len(pool))),
                         scheduler)
         done += 1
         checked = None
+        if total() % save_every == 0:
+            _save(build, settings, policy, optimizer, scheduler, rng, phase, done,
+                  time.monotonic() - start)
+        faults.at_step(total())
+        faults.kill_point("warmstart")  # crash-safety tests: a kill between steps
+        faults.at_step(None)
         # Held-out checks serve the early stop; without one (target >= 1) the last
         # step's check below is the only one.
-        if target < 1 and done % check_every == 0:
+        if phase == "main" and target < 1 and done % check_every == 0:
             checked = check(done, loss)
             if checked >= target:
                 break
-        elif done % check_every == 0:
-            log(f"warm start: step {done} loss {loss.item():.3f} "
+        elif total() % check_every == 0:
+            log(f"warm start: step {total()} loss {loss.item():.3f} "
                 f"({time.monotonic() - start:.0f}s)")
-    accuracy = checked if checked is not None else check(done, loss)
+    accuracy = checked if checked is not None else check(total(), loss)
     policy.model.eval()
-    meta = {"settings": settings, "steps": done, "accuracy": accuracy,
+    meta = {"settings": settings, "steps": total(), "accuracy": accuracy,
             "examples": len(examples), "seconds": time.monotonic() - start}
     save_pretrained_atomic(policy.model, policy.tokenizer, out)
     write_json_atomic(meta_path, meta)
+    shutil.rmtree(build, ignore_errors=True)
     return load_policy(str(out)), meta
+
+
+def _save(build: Path, settings: dict, policy: Policy, optimizer, scheduler,
+          rng: random.Random, phase: str, done: int, seconds: float) -> None:
+    save_checkpoint(build, policies={SHARED: policy}, optimizers={SHARED: optimizer},
+                    step=done + (settings["steps"] if phase == "focus" else 0),
+                    config=settings, generators={"batches": rng},
+                    extra={"phase": phase, "done": done, "seconds": seconds,
+                           "scheduler_epoch": scheduler.last_epoch})
+
+
+def _resume(build: Path, settings: dict, policy: Policy, rng: random.Random, log
+            ) -> dict | None:
+    """The newest usable checkpoint of an unfinished build with these settings, loaded
+    into ``policy`` and ``rng``; its phase, steps, time and optimizer state. None when
+    there is none (one of other settings is discarded, and the log says so)."""
+    for folder in checkpoint_dirs(build):
+        try:
+            payload, tensors = read_checkpoint(folder)
+        except CheckpointError as err:
+            log(f"warm start: checkpoint skipped: {err}")
+            continue
+        if payload["config"] != settings:
+            log(f"warm start: {build} holds a build of other settings; starting over")
+            shutil.rmtree(build, ignore_errors=True)
+            return None
+        prefix = f"model/{SHARED}/"
+        policy.model.load_state_dict({k[len(prefix):]: v for k, v in tensors.items()
+                                      if k.startswith(prefix)})
+        set_rng_state(payload["rng"], tensors, {"batches": rng})
+        extra = payload["extra"]
+        log(f"warm start: resuming from {folder} ({extra['phase']} phase, step "
+            f"{extra['done']}, {extra['seconds']:.0f}s spent)")
+        return {**extra, "optimizer": optimizer_state(SHARED, payload["optimizers"][SHARED],
+                                                      tensors)}
+    return None

@@ -10,7 +10,7 @@ from srpo_agents.config import TrainConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from harness import PRESETS, pair_settings, run_preset  # noqa: E402
+from harness import PRESETS, pair_settings, run_preset, warm_start_plan  # noqa: E402
 
 
 def test_smoke_preset_writes_results_table_and_plots(tmp_path, monkeypatch):
@@ -65,7 +65,8 @@ def test_every_preset_builds_valid_configs(name):
     preset = PRESETS[name]
     for env, label in preset["pairs"]:
         workflow, settings, warm = pair_settings(preset, env, label)
-        assert (env, warm) in preset["pairs"]
+        # a warm pair is run, or at least has settings of its own to build it from
+        assert (env, warm) in preset["pairs"] or (env, warm) in preset.get("variants", {})
         # TrainConfig checks that its files exist: skip with the reason before it does
         for key in ("dataset", "eval_dataset", "corpus"):
             if settings.get(key) and not Path(settings[key]).is_file():
@@ -117,3 +118,44 @@ def test_routed_pairs_with_fixed_k_references_share_a_start_and_report_routes(tm
     table = (tmp_path / "table.md").read_text()
     assert "Routing on the held-out tasks" in table and "| SRPO-Math-v0 | routed | srpo |" in table
     assert (tmp_path / "routing_set_size.png").stat().st_size > 1000
+
+
+def test_the_search_presets_reuse_the_track_s_warm_start(tmp_path, monkeypatch):
+    """``benchmarks/search_track.py`` builds the search track's warm starts once (about
+    55 minutes each); the search presets must find them cached, so their warm-start
+    settings and key must be the very ones the script builds with."""
+    import search_track
+
+    import srpo_agents.warmstart as warmstart
+    from srpo_agents import train
+
+    seen: list[dict] = []
+
+    def capture(run_dir, make_train_env, make_eval_env, **kwargs):
+        seen.append({"run_dir": str(run_dir), **kwargs, "log": None})
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(warmstart, "warm_start", capture)
+
+    def warm_args(config: TrainConfig) -> dict:
+        with pytest.raises(RuntimeError, match="captured"):
+            train.prepare_policy(config, Path(config.out), print)
+        return seen.pop()
+
+    preset = PRESETS["search_pilot"]
+    starts, own, jobs = warm_start_plan(preset, tmp_path)
+    assert own == [("SRPO-Search-v0", "search_answer_verify"), ("SRPO-Search-v0", "routed")]
+    root = Path(preset["warm_root"])
+    assert starts[("SRPO-Search-v0", "parallel")] == str(
+        root / "SRPO-Search-v0-routed" / "warmstart")
+    for (_, workflow), (job,) in zip(own, jobs, strict=True):
+        folder = search_track.warm_folder(root, workflow)
+        script = search_track.track_config(
+            workflow, str(folder), search_track.RECIPE["warmstart_steps"],
+            search_track.RECIPE["warmstart_minutes"], 0,
+            first_steps=search_track.RECIPE["warmstart_first_steps"],
+            top_k=search_track.RECIPE["top_k"],
+            focus_steps=search_track.RECIPE["warmstart_focus_steps"],
+            warmstart_dir=str(folder))
+        assert warm_args(job) == warm_args(script), workflow
+    assert seen == []

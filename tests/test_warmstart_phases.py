@@ -1,0 +1,146 @@
+"""The warm start's focus phase and its resumable build.
+
+The search track's warm start is some 1,800 supervised steps (about 55 minutes on two
+cores): a build that is killed must resume where it was, with the weights, optimizer and
+random numbers it would have had, and its focus phase (the readers' examples, every 4th
+batch of every role's) must draw what it says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import srpo_agents.warmstart as warmstart
+from srpo_agents.config import TrainConfig
+from srpo_agents.envs import env_factory
+from srpo_agents.train import warm_start_key
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = {"env": "SRPO-Math-v0", "workflow": "solve_verify"}
+BUILD = {"minutes": 5, "target": 1.0, "seed": 0, "max_new_tokens": 8, "steps": 6,
+         "episodes": 12, "eval_tasks": 2, "batch_size": 8, "warmup": 2, "decay": True,
+         "focus_roles": ("verifier",), "focus_steps": 5, "save_every": 3,
+         "env_name": "SRPO-Math-v0"}
+
+
+def _build(run_dir: Path, log=print, **changes):
+    config = TrainConfig(**CONFIG)
+    return warmstart.warm_start(run_dir, env_factory(config, "train"),
+                                env_factory(config, "validation"),
+                                key=warm_start_key(config), log=log, **{**BUILD, **changes})
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_a_killed_build_resumes_to_the_same_weights(tmp_path):
+    _, meta = _build(tmp_path / "whole")
+    assert meta["steps"] == 11  # 6 main + 5 focus
+    assert not (tmp_path / "whole" / warmstart.BUILD).exists(), "the build folder stays"
+
+    # killed after step 7 (the focus phase's first; the last checkpoint is at step 6)
+    script = (f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); "
+              f"from pathlib import Path; import test_warmstart_phases as t; "
+              f"t._build(Path({str(tmp_path / 'killed')!r}))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300,
+                          env={**os.environ, "SRPO_KILL_AT": "warmstart@7"})
+    assert done.returncode == -9, done.stderr[-2000:]
+    build = tmp_path / "killed" / warmstart.BUILD
+    assert sorted(d.name for d in (build / "checkpoints").iterdir()) == [
+        "step-00000003", "step-00000006"]
+    assert not (tmp_path / "killed" / "warmstart" / warmstart.META).exists()
+
+    logs: list[str] = []
+    _, resumed = _build(tmp_path / "killed", log=logs.append)
+    assert any("resuming" in line and "step 6" in line for line in logs), logs
+    assert resumed["steps"] == 11
+    whole, again = (_weights(tmp_path / name / "warmstart") for name in ("whole", "killed"))
+    assert whole.keys() == again.keys()
+    for name in whole:
+        assert torch.equal(whole[name], again[name]), name
+    assert resumed["accuracy"] == meta["accuracy"]
+
+
+def test_a_build_of_other_settings_is_not_resumed(tmp_path, monkeypatch):
+    original, calls = warmstart.sft_step, []
+
+    def stop_at_the_5th(*args, **kwargs):
+        if len(calls) == 4:
+            raise RuntimeError("stopped")
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(warmstart, "sft_step", stop_at_the_5th)
+    with pytest.raises(RuntimeError, match="stopped"):
+        _build(tmp_path)
+    assert (tmp_path / warmstart.BUILD / "checkpoints" / "step-00000003").is_dir()
+    monkeypatch.setattr(warmstart, "sft_step", original)
+    logs: list[str] = []
+    _, meta = _build(tmp_path, log=logs.append, lr=1e-3)
+    assert any("other settings; starting over" in line for line in logs), logs
+    assert not any("resuming" in line for line in logs), logs
+    assert meta["steps"] == 11
+
+
+def test_the_focus_phase_draws_the_focus_roles_but_every_4th_batch(tmp_path, monkeypatch):
+    drawn: list[list] = []
+    original = warmstart.sft_step
+
+    def record(policy, optimizer, batch, scheduler=None, **kwargs):
+        drawn.append([tuple(ids) for ids, _ in batch])
+        return original(policy, optimizer, batch, scheduler, **kwargs)
+
+    monkeypatch.setattr(warmstart, "sft_step", record)
+    config = TrainConfig(**CONFIG)
+    examples = warmstart.reference_examples(env_factory(config, "train"), episodes=12,
+                                            seed=0, env_name=config.env)
+    _build(tmp_path, focus_steps=8)
+    policy = warmstart.load_policy(str(tmp_path / "warmstart"))
+    role_of = {tuple(ids): role for (ids, _), (role, _, _) in
+               zip(warmstart._encode(policy, examples), examples, strict=True)}
+    roles = [{role_of[row] for row in batch} for batch in drawn]
+    assert len(roles) == 6 + 8
+    focus = roles[6:]
+    for i, batch_roles in enumerate(focus, start=1):
+        if i % warmstart.FOCUS_MIX_EVERY:
+            assert batch_roles == {"verifier"}, (i, batch_roles)
+    mixed = set().union(*(focus[i - 1] for i in (4, 8)))
+    assert mixed > {"verifier"}, mixed  # the mixed batches hold other roles too
+
+
+def test_the_focus_phase_is_part_of_the_key_only_when_used(tmp_path):
+    _, plain = _build(tmp_path / "plain", focus_roles=(), focus_steps=0)
+    assert "focus_steps" not in plain["settings"], "unused, it would stale existing caches"
+    _, focused = _build(tmp_path / "focused")
+    assert focused["settings"]["focus_steps"] == 5
+    assert focused["settings"]["focus_roles"] == ["verifier"]
+    meta = json.loads((tmp_path / "focused" / "warmstart" / warmstart.META).read_text())
+    assert meta["steps"] == 11
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"warmstart_focus_roles": ("verifier",)}, "warmstart_focus_roles"),
+    ({"warmstart_focus_steps": 5}, "warmstart_focus_roles"),
+    ({"warmstart_focus_roles": ("verifier",), "warmstart_focus_steps": 5},
+     "warmstart_focus_steps"),
+    ({"warmstart_focus_steps": -1}, "warmstart_focus_steps"),
+])
+def test_focus_settings_are_validated(changes, field):
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**CONFIG, **changes)
+
+
+def test_focus_roles_must_exist(tmp_path):
+    with pytest.raises(ValueError, match="focus_roles=.*'searcher'"):
+        _build(tmp_path, focus_roles=("searcher",))
