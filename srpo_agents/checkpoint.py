@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from srpo_agents import faults
+from srpo_agents.adapters import load_trainable_state, save_role_adapters, trainable_state
 from srpo_envs.retrieval.cache import atomic_write  # stdlib only: tmp, fsync, replace
 
 CHECKPOINTS = "checkpoints"
@@ -53,13 +54,12 @@ def write_json_atomic(path: Path, payload: Any) -> None:
     atomic_write(Path(path), lambda handle: handle.write(data))
 
 
-def save_pretrained_atomic(model, tokenizer, directory: Path) -> None:
-    """``save_pretrained`` into a temporary sibling folder, then swap it in."""
+def _swap_in(directory: Path, write) -> None:
+    """``write(tmp)`` into a temporary sibling folder, then swap it in for ``directory``."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
     try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        write(tmp)
         old = directory.with_name(directory.name + ".old")
         if directory.exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -69,6 +69,24 @@ def save_pretrained_atomic(model, tokenizer, directory: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def save_pretrained_atomic(model, tokenizer, directory: Path) -> None:
+    """``save_pretrained`` into a temporary sibling folder, then swap it in."""
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    _swap_in(Path(directory), write)
+
+
+def save_policy_atomic(policy, directory: Path) -> None:
+    """A policy's folder, swapped in whole: ``save_pretrained`` of a plain model, or one
+    PEFT folder per role for role adapters (``srpo_agents.adapters``)."""
+    if policy.adapter_roles:
+        _swap_in(Path(directory), lambda tmp: save_role_adapters(policy, tmp))
+    else:
+        save_pretrained_atomic(policy.model, policy.tokenizer, directory)
 
 
 def rng_state(generators: dict[str, Any]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -187,7 +205,10 @@ def save_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict
         shutil.rmtree(stale, ignore_errors=True)
     tensors: dict[str, torch.Tensor] = {}
     for name, policy in policies.items():
-        for key, value in policy.model.state_dict().items():
+        # role adapters: the adapters only (the frozen base is reloaded by its name)
+        state = (trainable_state(policy) if policy.adapter_roles
+                 else policy.model.state_dict())
+        for key, value in state.items():
             # clones: tied weights share storage, which safetensors refuses to write
             tensors[f"model/{name}/{key}"] = value.detach().clone().contiguous()
     optim_plain = {}
@@ -223,7 +244,7 @@ def save_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict
     for old in checkpoint_dirs(run_dir)[KEEP:]:
         shutil.rmtree(old, ignore_errors=True)
     for name, policy in policies.items():
-        save_pretrained_atomic(policy.model, policy.tokenizer, policy_dir(run_dir, name))
+        save_policy_atomic(policy, policy_dir(run_dir, name))
     return final
 
 
@@ -284,8 +305,14 @@ def load_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict
                 f"{sorted(policies)} (per_role_policies differs?)")
         for name, policy in policies.items():
             prefix = f"model/{name}/"
-            policy.model.load_state_dict({k[len(prefix):]: v for k, v in tensors.items()
-                                          if k.startswith(prefix)})
+            state = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+            if policy.adapter_roles:
+                try:
+                    load_trainable_state(policy, state, str(folder))
+                except ValueError as err:
+                    raise CheckpointError(f"--resume: {err}") from None
+            else:
+                policy.model.load_state_dict(state)
             optimizers[name].load_state_dict(
                 optimizer_state(name, payload["optimizers"][name], tensors))
         set_rng_state(payload["rng"], tensors, generators)

@@ -88,7 +88,8 @@ def add_config_flags(parser: argparse.ArgumentParser, skip: set[str]) -> None:
         help_text = field_docs().get(field.name, "").replace("%", "%%")
         if kind is bool:
             parser.add_argument(flag, action="store_true", default=default, help=help_text)
-        elif field.name in ("difficulty", "warmstart_first_roles", "warmstart_focus_roles"):
+        elif field.name in ("difficulty", "warmstart_first_roles", "warmstart_focus_roles",
+                            "lora_targets"):
             parser.add_argument(flag, type=int if field.name == "difficulty" else str,
                                 nargs="+", default=list(default), help=help_text)
         elif field.name == "extra_env_kwargs":
@@ -334,6 +335,10 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 
 def _is_tiny(model_path: Path) -> bool:
+    from srpo_agents.adapters import MANIFEST
+
+    if (model_path / MANIFEST).is_file():  # role adapters: their base decides
+        model_path = Path(json.loads((model_path / MANIFEST).read_text())["base"])
     config = json.loads((model_path / "config.json").read_text()) if (
         model_path / "config.json").is_file() else {}
     return config.get("vocab_size", 10**6) < 1000
@@ -372,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
                "group_size", "tasks_per_step", "algo", "microbatch_rows", "advantage",
                "per_role_policies", "warmstart_dir", "warmstart_first_roles",
                "warmstart_first_steps", "warmstart_focus_roles", "warmstart_focus_steps",
+               "per_role_adapters", "lora_rank", "lora_alpha", "lora_targets",
                "rollout_workers", "ray_address", "tensorboard"}
     add_config_flags(ev, skip=ev_skip)
     ev.set_defaults(run=cmd_eval)

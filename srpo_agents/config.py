@@ -41,6 +41,16 @@ class TrainConfig:
     per_role_policies: bool = False
     """One policy per role (each a copy of the initial model, updated on its role's
     events only) instead of one shared policy."""
+    per_role_adapters: str = ""
+    """"lora": one frozen base and one LoRA adapter per role (PEFT), trained together;
+    each row is scored and sampled with its own role's adapter ("": off)."""
+    lora_rank: int = 8
+    """Rank r of each role's LoRA adapter (per_role_adapters)."""
+    lora_alpha: float = 16.0
+    """LoRA alpha: the adapter's update is scaled by alpha / r (per_role_adapters)."""
+    lora_targets: tuple[str, ...] = ("all-linear",)
+    """Module names the adapters wrap ("all-linear": every linear layer but the output
+    head; else names such as q_proj v_proj) (per_role_adapters)."""
     model: str = "tiny"
     """"tiny" (built and warm-started locally), a Hugging Face model name or a local path."""
     steps: int = 20
@@ -223,6 +233,27 @@ class TrainConfig:
         if self.data_parallel and (self.rollout_workers or self.per_role_policies):
             raise ValueError("data_parallel works with one shared policy and in-process "
                              "rollouts (not rollout_workers or per_role_policies)")
+        self.lora_targets = tuple(self.lora_targets)
+        if self.per_role_adapters not in ("", "lora"):
+            raise ValueError(f"per_role_adapters={self.per_role_adapters!r}: expected 'lora' "
+                             f"(one LoRA adapter per role) or '' (off)")
+        if self.per_role_adapters:
+            if self.per_role_policies:
+                raise ValueError("per_role_adapters with per_role_policies: choose one (an "
+                                 "adapter per role on one base, or a full copy per role)")
+            if self.rollout_workers or self.data_parallel:
+                raise ValueError("per_role_adapters is not supported with rollout_workers "
+                                 "or data_parallel yet: the workers and ranks hold one "
+                                 "plain policy")
+            if not isinstance(self.lora_rank, int) or self.lora_rank < 1:
+                raise ValueError(f"lora_rank={self.lora_rank!r}: expected an int >= 1")
+            if not (isinstance(self.lora_alpha, int | float) and math.isfinite(self.lora_alpha)
+                    and self.lora_alpha > 0):
+                raise ValueError(f"lora_alpha={self.lora_alpha!r}: expected a number > 0")
+            if not self.lora_targets or not all(isinstance(t, str) and t
+                                                for t in self.lora_targets):
+                raise ValueError(f"lora_targets={self.lora_targets!r}: expected module names "
+                                 f"(e.g. q_proj v_proj) or all-linear")
         if self.rollout_workers and self.per_role_policies:
             raise ValueError("rollout_workers with per_role_policies is not supported: the "
                              "workers play one shared policy")

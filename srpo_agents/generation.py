@@ -42,6 +42,7 @@ import inspect
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -55,7 +56,8 @@ finished), one behaviour log-prob per id, and whether EOS was sampled before the
 def cache_kwarg(model) -> str:
     """The forward kwarg that takes a KV cache: transformers 5.24 renamed
     ``past_key_values`` to ``cache``."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
@@ -105,9 +107,15 @@ class HFGenerator:
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Nothing to do: this backend samples from the learner's own module."""
 
-    def generate(self, prompts: Sequence[list[int]]) -> list[GenerationOutput]:
+    def generate(self, prompts: Sequence[list[int]], roles: Sequence[str] | None = None
+                 ) -> list[GenerationOutput]:
+        """One response per prompt. ``roles``: each prompt's role, which picks its LoRA
+        adapter when the policy has one per role (``Policy.adapter_roles``); one batch
+        may mix roles."""
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token to condition on")
+        if self.policy.adapter_roles and (roles is None or len(roles) != len(prompts)):
+            raise ValueError("a policy with role adapters needs one role per prompt")
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[GenerationOutput | None] = [None] * len(prompts)
         model = self.policy.model
@@ -117,24 +125,31 @@ class HFGenerator:
             with torch.inference_mode():
                 for start in range(0, len(order), self.max_batch):
                     chunk = order[start:start + self.max_batch]
-                    outputs = self._generate_batch([prompts[i] for i in chunk])
+                    outputs = self._generate_batch(
+                        [prompts[i] for i in chunk],
+                        [roles[i] for i in chunk] if self.policy.adapter_roles else None)
                     for i, output in zip(chunk, outputs, strict=True):
                         results[i] = output
         finally:
             model.train(was_training)
         return results
 
-    def _generate_batch(self, prompts: list[list[int]]) -> list[GenerationOutput]:
+    def _generate_batch(self, prompts: list[list[int]], roles: list[str] | None = None
+                        ) -> list[GenerationOutput]:
         device = self.policy.model.device
         # Identical prompts (the K solvers of one event, the G rollouts of one task) are
         # prefilled once; their cache rows are copied out to every sample afterwards.
-        distinct: dict[tuple[int, ...], int] = {}
-        source = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-        width = max(len(p) for p in distinct)
+        # With role adapters a prompt is the same only under the same adapter.
+        distinct: dict[tuple, int] = {}
+        keys = [(tuple(p),) if roles is None else (tuple(p), roles[i])
+                for i, p in enumerate(prompts)]
+        source = [distinct.setdefault(key, len(distinct)) for key in keys]
+        names = None if roles is None else [key[1] for key in distinct]  # per cache row
+        width = max(len(key[0]) for key in distinct)
         input_ids = torch.full((len(distinct), width), self.policy.pad_token_id,
                                dtype=torch.long)
         attention = torch.zeros((len(distinct), width), dtype=torch.long)
-        for row, ids in enumerate(distinct):
+        for row, (ids, *_) in enumerate(distinct):
             input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention[row, width - len(ids):] = 1
         input_ids, attention = input_ids.to(device), attention.to(device)
@@ -142,11 +157,12 @@ class HFGenerator:
         eos = torch.tensor(sorted(self.policy.eos_token_ids), device=device)
 
         cache = self._new_cache(width + self.max_new_tokens)
-        logits = self._prefill(input_ids, attention, positions, cache)   # (u, V)
+        logits = self._prefill(input_ids, attention, positions, cache, names)   # (u, V)
         if len(distinct) < len(prompts):
             expand = torch.tensor(source, device=device)
             cache.batch_select_indices(expand)
             logits, attention, positions = logits[expand], attention[expand], positions[expand]
+            names = None if names is None else [names[i] for i in source]
         rows = torch.arange(len(prompts), device=device)   # (b,) caller row of each row
         live = torch.ones(len(prompts), dtype=torch.bool, device=device)   # (b,)
         next_position = positions[:, -1] + 1                # (b,)
@@ -167,12 +183,14 @@ class HFGenerator:
                 cache.batch_select_indices(keep)
                 rows, ids, live = rows[keep], ids[keep], live[keep]
                 attention, next_position = attention[keep], next_position[keep]
+                names = None if names is None else [names[i] for i in keep.tolist()]
             attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=-1)
-            logits = self._forward(ids[:, None], attention, next_position[:, None], cache)
+            logits = self._forward(ids[:, None], attention, next_position[:, None], cache,
+                                   names)
             next_position = next_position + 1
         return self._collect(steps, len(prompts))
 
-    def _prefill(self, input_ids, attention, positions, cache) -> torch.Tensor:
+    def _prefill(self, input_ids, attention, positions, cache, names=None) -> torch.Tensor:
         """Feed the (u, W) padded prompts in column chunks of about ``prefill_tokens``
         tokens (chunked prefill): one huge forward is memory-bound (its activations and
         (u, heads, W, W) attention scores outgrow the CPU caches). Returns (u, V) logits
@@ -181,7 +199,7 @@ class HFGenerator:
         for start in range(0, input_ids.shape[1], width):
             end = start + width
             logits = self._forward(input_ids[:, start:end], attention[:, :end],
-                                   positions[:, start:end], cache)
+                                   positions[:, start:end], cache, names)
         return logits
 
     def _collect(self, steps, batch: int) -> list[GenerationOutput]:
@@ -207,11 +225,13 @@ class HFGenerator:
             cache.layers = [layer_type(capacity) for _ in cache.layers]
         return cache
 
-    def _forward(self, input_ids, attention, positions, cache) -> torch.Tensor:
-        """(b, t) ids -> (b, V) logits of the last position; appends to ``cache``."""
+    def _forward(self, input_ids, attention, positions, cache, names=None) -> torch.Tensor:
+        """(b, t) ids -> (b, V) logits of the last position; appends to ``cache``.
+        ``names``: each row's role, for a policy with role adapters."""
         out = self.policy.model(input_ids=input_ids, attention_mask=attention,
                                 position_ids=positions, use_cache=True, logits_to_keep=1,
-                                **{self._cache_kwarg: cache})
+                                **{self._cache_kwarg: cache},
+                                **(self.policy.row_kwargs(names) if names else {}))
         return out.logits[:, -1, :]
 
 
@@ -302,14 +322,41 @@ class VLLMGenerator:
         vllm = import_vllm()
         self.policy = policy
         dtype = str(policy.model.dtype).removeprefix("torch.")
-        self.llm = vllm.LLM(model=policy.name, tokenizer=policy.name, dtype=dtype, seed=seed,
+        lora: dict = {}
+        self._adapters = None
+        if policy.adapter_roles:  # the base in the engine, the roles' adapters as LoRAs
+            import tempfile
+
+            rank = policy.model.peft_config[policy.adapter_roles[0]].r
+            lora = {"enable_lora": True, "max_loras": len(policy.adapter_roles),
+                    "max_lora_rank": next(r for r in VLLM_LORA_RANKS if r >= rank)}
+            self._adapters = tempfile.TemporaryDirectory(prefix="srpo-vllm-lora-")
+            self._write_adapters(reload=False)
+        model = policy.base_name if policy.adapter_roles else policy.name
+        self.llm = vllm.LLM(model=model, tokenizer=model, dtype=dtype, seed=seed,
                             max_num_seqs=max_batch, logprobs_mode="processed_logprobs",
-                            **_device_kwargs(policy))
+                            **lora, **_device_kwargs(policy))
         self.params = vllm.SamplingParams(
             n=1, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
             logprobs=0, stop_token_ids=sorted(policy.eos_token_ids), detokenize=False)
 
+    def _write_adapters(self, reload: bool) -> None:
+        """Save every role's adapter for the engine and make its LoRA requests (one id per
+        role; ``load_inplace`` on the first use after a sync replaces the engine's copy)."""
+        from vllm.lora.request import LoRARequest
+
+        from srpo_agents.adapters import save_role_adapters
+
+        folder = Path(self._adapters.name)
+        save_role_adapters(self.policy, folder)
+        self._lora = {role: LoRARequest(role, i + 1, str(folder / role), load_inplace=reload)
+                      for i, role in enumerate(self.policy.adapter_roles)}
+
     def sync_weights(self, model: torch.nn.Module) -> None:
+        if self._adapters is not None:  # the base is frozen: only the adapters move
+            self._write_adapters(reload=True)
+            self.llm.reset_prefix_cache()
+            return
         weights = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
         if importlib.util.find_spec("vllm.model_executor.model_loader.reload") is not None:
             # vLLM with in-place reloading (0.3x): after the first load a model's
@@ -320,11 +367,24 @@ class VLLMGenerator:
             self.llm.apply_model(lambda vllm_model: vllm_model.load_weights(weights))
         self.llm.reset_prefix_cache()
 
-    def generate(self, prompts: Sequence[list[int]]) -> list[GenerationOutput]:
+    def generate(self, prompts: Sequence[list[int]], roles: Sequence[str] | None = None
+                 ) -> list[GenerationOutput]:
+        """One response per prompt; with role adapters each prompt carries its role's
+        LoRA request (vLLM's multi-LoRA batching: one batch, many adapters)."""
         from vllm.inputs import TokensPrompt
 
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
-        outputs = self.llm.generate(requests, self.params, use_tqdm=False)
+        lora = None
+        if self._adapters is not None:
+            if roles is None or len(roles) != len(prompts):
+                raise ValueError("a policy with role adapters needs one role per prompt")
+            self.policy.row_kwargs(roles)  # an unknown role: a clear error
+            lora = [self._lora[role] for role in roles]
+        outputs = self.llm.generate(requests, self.params, use_tqdm=False, lora_request=lora)
+        if lora is not None and any(r.load_inplace for r in self._lora.values()):
+            # loaded now: later calls reuse the engine's copy until the next sync
+            self._lora = {role: _lora_replace(r, load_inplace=False)
+                          for role, r in self._lora.items()}
         results = []
         for output in outputs:
             completion = output.outputs[0]
@@ -333,6 +393,17 @@ class VLLMGenerator:
                         for token, step in zip(ids, completion.logprobs, strict=True)]
             results.append((ids, logprobs, completion.finish_reason == "stop"))
         return results
+
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``max_lora_rank`` values vLLM accepts; the engine gets the smallest >= the rank."""
+
+
+def _lora_replace(request, **changes):
+    """A copy of a vLLM ``LoRARequest`` (a msgspec struct) with ``changes``."""
+    import msgspec
+
+    return msgspec.structs.replace(request, **changes)
 
 
 CPU_KV_CACHE_GIB = 0.5

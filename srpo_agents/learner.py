@@ -104,16 +104,19 @@ class Learner:
         self.optimizer = torch.optim.AdamW(params, lr=config.lr,
                                            weight_decay=config.weight_decay)
         self.reference = None
-        if config.beta > 0:
+        if config.beta > 0 and not policy.adapter_roles:
             self.reference = copy.deepcopy(policy.model).eval()
             self.reference.requires_grad_(False)
+        # With role adapters the reference is the frozen base: the adapters switched off.
+        self.base_reference = config.beta > 0 and bool(policy.adapter_roles)
         self.rng = random.Random(seed)
 
     @property
     def device(self) -> torch.device:
         return next(self.policy.model.parameters()).device
 
-    def response_logprobs(self, model, samples: list[Sample], with_entropy: bool = False
+    def response_logprobs(self, model, samples: list[Sample], with_entropy: bool = False,
+                          plain: bool = False
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Log-probs of each sample's response ids given its prompt.
 
@@ -126,13 +129,23 @@ class Learner:
         copied out to every row that shares it (an index, so gradients from every row
         flow back into the one prompt pass), and the responses then run on top of it.
         The result is the same computation as running each row's prompt + response,
-        at a fraction of the cost when prompts repeat."""
-        distinct: dict[tuple[int, ...], int] = {}
-        source = [distinct.setdefault(tuple(s.prompt_ids), len(distinct)) for s in samples]
+        at a fraction of the cost when prompts repeat.
+
+        With role adapters (``Policy.adapter_roles``) each row runs under its sample's
+        role's adapter, and rows share a prompt pass only within a role; ``plain``: the
+        rows run without adapters (the reference of a KL penalty: the base)."""
+        adapters = bool(self.policy.adapter_roles) and not plain
+        distinct: dict[tuple, int] = {}
+        keys = [(tuple(s.prompt_ids), s.role) if adapters else (tuple(s.prompt_ids),)
+                for s in samples]
+        source = [distinct.setdefault(key, len(distinct)) for key in keys]
+        roles = [s.role for s in samples] if adapters else None
         if len(distinct) == len(samples):
-            logits = self._full_logits(model, samples)
+            logits = self._full_logits(model, samples, roles)
         else:
-            logits = self._shared_prompt_logits(model, list(distinct), source, samples)
+            prompt_roles = [key[1] for key in distinct] if adapters else None
+            logits = self._shared_prompt_logits(model, [key[0] for key in distinct], source,
+                                                samples, prompt_roles, roles)
         logp_all = torch.log_softmax(logits.float() / self.config.temperature, dim=-1)
         targets = _pad([s.response_ids for s in samples], self.policy.pad_token_id,
                        torch.long).to(self.device)
@@ -145,12 +158,17 @@ class Learner:
                 entropy = -(logp_all.exp() * logp_all).sum(dim=-1) * mask
         return logp, mask, entropy
 
-    def _full_logits(self, model, samples: list[Sample]) -> torch.Tensor:
+    def _rows(self, roles: list[str] | None) -> dict:
+        return self.policy.row_kwargs(roles) if roles is not None else {}
+
+    def _full_logits(self, model, samples: list[Sample], roles: list[str] | None = None
+                     ) -> torch.Tensor:
         """[R, T, V] logits predicting each response token, one pass per row."""
         seqs = [s.prompt_ids + s.response_ids for s in samples]
         input_ids = _pad(seqs, self.policy.pad_token_id, torch.long).to(self.device)
         attention = _pad([[1] * len(s) for s in seqs], 0, torch.long).to(self.device)
-        logits = model(input_ids=input_ids, attention_mask=attention).logits
+        logits = model(input_ids=input_ids, attention_mask=attention,
+                       **self._rows(roles)).logits
         width = max(len(s.response_ids) for s in samples)
         # position p predicts token p + 1: the response starts at len(prompt)
         starts = torch.tensor([len(s.prompt_ids) - 1 for s in samples], device=self.device)
@@ -159,7 +177,8 @@ class Learner:
         return logits.gather(1, positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
 
     def _shared_prompt_logits(self, model, prompts: list[tuple[int, ...]], source: list[int],
-                              samples: list[Sample]) -> torch.Tensor:
+                              samples: list[Sample], prompt_roles: list[str] | None = None,
+                              roles: list[str] | None = None) -> torch.Tensor:
         """[R, T, V] logits predicting each response token, each distinct prompt run once.
 
         Prompts are left padded (as in generation, with positions that count real tokens
@@ -175,7 +194,8 @@ class Learner:
         positions = (prompt_mask.cumsum(dim=-1) - 1).clamp(min=0)
         cache = DynamicCache(config=model.config)
         out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
-                    use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache})
+                    use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache},
+                    **self._rows(prompt_roles))
         rows = torch.tensor(source, device=self.device)
         cache.batch_select_indices(rows)
         first = out.logits[:, -1][rows]                                       # [R, V]
@@ -188,7 +208,8 @@ class Learner:
                                                                device=self.device)
         rest = model(input_ids=response_ids[:, :-1], attention_mask=attention[:, :-1],
                      position_ids=response_positions[:, :-1], use_cache=True,
-                     **{cache_kwarg(model): cache}).logits if response_ids.shape[1] > 1 else None
+                     **{cache_kwarg(model): cache}, **self._rows(roles)
+                     ).logits if response_ids.shape[1] > 1 else None
         return first.unsqueeze(1) if rest is None else torch.cat([first.unsqueeze(1), rest], 1)
 
     def _microbatches(self, batch: list[ActionUnit]) -> list[list[ActionUnit]]:
@@ -231,9 +252,14 @@ class Learner:
                                      / max(tokens, 1.0))
         if entropy is not None:
             figures["entropy"] = float(entropy.sum() / max(tokens, 1.0))
-        if self.reference is not None:
+        if self.reference is not None or self.base_reference:
             with torch.no_grad():
-                ref, _, _ = self.response_logprobs(self.reference, samples)
+                if self.base_reference:
+                    with self.policy.model.disable_adapter():
+                        ref, _, _ = self.response_logprobs(self.policy.model, samples,
+                                                           plain=True)
+                else:
+                    ref, _, _ = self.response_logprobs(self.reference, samples)
             kl = reference_kl(logp, ref, mask, unit_index, len(units), self.normalizer)
             loss = loss + self.config.beta * kl
             figures["kl"] = float(kl.detach())
@@ -270,7 +296,8 @@ class Learner:
         # Every rank holds the same keys (a rank may run no micro-batch of a mini-batch).
         sums = dict.fromkeys(["loss", "approx_kl", "clip_fraction", "ratio_mean",
                               "entropy_sum", "entropy_tokens"]
-                             + (["kl"] if self.reference is not None else []), 0.0)
+                             + (["kl"] if self.reference is not None or self.base_reference
+                                else []), 0.0)
         maxima = {"max_abs_log_ratio": 0.0, "first_epoch_max_abs_log_ratio": 0.0}
         clip_by_update = []  # each optimizer step's own clip fraction, in order
         for epoch in range(self.config.epochs):

@@ -48,6 +48,22 @@ class Policy:
     model: transformers.PreTrainedModel
     tokenizer: transformers.PreTrainedTokenizerBase
     name: str
+    adapter_roles: tuple[str, ...] = ()
+    """Roles with a LoRA adapter of their own on a frozen base (``srpo_agents.adapters``);
+    empty for a plain model."""
+    base_name: str = ""
+    """The frozen base's hub name or path when ``adapter_roles`` is set."""
+
+    def row_kwargs(self, roles: Sequence[str]) -> dict:
+        """Forward kwargs that give each row of a batch its role's adapter: PEFT's
+        ``adapter_names``, one per row; nothing for a plain model."""
+        if not self.adapter_roles:
+            return {}
+        unknown = sorted(set(roles) - set(self.adapter_roles))
+        if unknown:
+            raise ValueError(f"roles {unknown!r} have no adapter (adapters: "
+                             f"{list(self.adapter_roles)})")
+        return {"adapter_names": list(roles)}
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` without special tokens (the team cost's token count)."""
@@ -187,7 +203,8 @@ def place(policy: Policy, device: str, dtype: str = "auto") -> Policy:
 
 def load_policy(name_or_path: str, *, device: str = "cpu",
                 dtype: torch.dtype | str | None = None) -> Policy:
-    """Load any Hugging Face causal LM and its tokenizer by hub name or local path.
+    """Load any Hugging Face causal LM and its tokenizer by hub name or local path, or
+    a folder of role adapters (``srpo_agents.adapters``) with its base.
 
     ``dtype=None`` keeps the checkpoint's stored dtype ("auto"). A tokenizer without a pad
     token gets its EOS token as pad: pad positions are always masked, and both are dropped
@@ -195,6 +212,10 @@ def load_policy(name_or_path: str, *, device: str = "cpu",
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from srpo_agents.adapters import is_adapter_folder, load_role_adapters
+
+    if is_adapter_folder(name_or_path):  # a base and one LoRA adapter per role
+        return load_role_adapters(name_or_path, device=device, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:

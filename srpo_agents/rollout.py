@@ -179,8 +179,11 @@ class RolloutEngine:
         return ids
 
     def _generate_by_role(self, roles: list[str], prompts: list[list[int]]) -> list[GenerationOutput]:
-        """One batched call per policy; results in the callers' order."""
+        """One batched call per policy; results in the callers' order. A policy with
+        role adapters takes every role in one call (each row under its role's adapter)."""
         self._sync()
+        if self.policy.adapter_roles:
+            return self._generator.generate(prompts, roles)
         groups: dict[str | None, list[int]] = {}
         for i, role in enumerate(roles):
             groups.setdefault(role if role in self._role_generators else None, []).append(i)

@@ -329,6 +329,12 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     if config.eval_every:  # the curve during training reads validation tasks, never test
         val_envs, val_indices = held_out(config, policy.count_tokens, "validation",
                                          config.curve_tasks or config.eval_tasks, log)
+    if config.per_role_adapters:  # one frozen base, one LoRA adapter per role
+        from srpo_agents.adapters import attach_role_adapters
+
+        policy = attach_role_adapters(policy, sorted(set(train_envs[0].roles.values())),
+                                      rank=config.lora_rank, alpha=config.lora_alpha,
+                                      targets=config.lora_targets)
     role_policies = {}
     if config.per_role_policies:
         role_policies = {role: Policy(copy.deepcopy(policy.model), policy.tokenizer,

@@ -171,3 +171,67 @@ def test_srpo_train_with_vllm_keeps_the_results_contract(tmp_path, env, workflow
         k: _shape(v) for k, v in hf_summary.items() if k not in skip}
     assert set(rows[0]) == set(hf_rows[0])
     assert rows[-1]["updates"] >= 1
+
+
+@pytest.fixture()
+def role_adapters(policy):
+    """The tiny policy as a frozen base with an adapter per role, each moved off LoRA's
+    zero start so that the roles answer differently."""
+    import copy
+
+    pytest.importorskip("peft")
+    from srpo_agents.adapters import attach_role_adapters
+
+    torch.manual_seed(0)
+    team = attach_role_adapters(copy.deepcopy(policy), ["solver", "verifier"], rank=4,
+                                alpha=8)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, weight in team.model.named_parameters():
+            if "lora_B" in name:
+                weight.copy_(torch.randn(weight.shape, generator=generator) * 0.2)
+    return team
+
+
+def _role_samples(team, outputs, prompts, roles):
+    return [Sample(episode_id=f"e{i}", step_index=0, agent_id=f"{role}_0", role=role,
+                   prompt_ids=list(p), response_ids=list(ids), logprobs=list(lps),
+                   finished=done, text="", policy_version=0)
+            for i, (p, role, (ids, lps, done)) in enumerate(zip(prompts, roles, outputs,
+                                                                 strict=True))]
+
+
+def _check_against_learner(team, engine, prompts, roles) -> list[float]:
+    outputs = engine._generate_by_role(roles, prompts)
+    samples = _role_samples(team, outputs, prompts, roles)
+    recomputed = _learner_logprobs(team, samples, 1.0)
+    gaps = [abs(a - b) for s, row in zip(samples, recomputed, strict=True)
+            for a, b in zip(s.logprobs, row, strict=True)]
+    assert max(gaps) < LOGPROB_TOLERANCE, f"max |vLLM - learner| = {max(gaps):.2e}"
+    return [lp for s in samples for lp in s.logprobs]
+
+
+def test_multi_lora_rows_get_their_role_s_adapter_and_follow_updates(role_adapters):
+    """One vLLM batch mixing two roles' LoRA requests: each row's behaviour log-probs
+    match the learner's under that row's adapter; after the adapters change (and the
+    engine syncs) they match the new adapters."""
+    team = role_adapters
+    engine = RolloutEngine(team, backend="vllm", max_new_tokens=3, seed=0)
+    prompts = [team.prompt_ids("solver", p) for p in PROMPTS] * 4
+    roles = ["solver", "verifier"] * (len(prompts) // 2)
+    _check_against_learner(team, engine, prompts, roles)
+    # the same prompt under the two roles: different adapters, different distributions
+    fixed = prompts[:1] * 2
+    first = engine._generate_by_role(["solver", "verifier"], fixed)
+    samples = _role_samples(team, first, fixed, ["solver", "verifier"])
+    probe = [s for s in samples]
+    probe[1] = Sample(**{**probe[1].__dict__, "response_ids": probe[0].response_ids,
+                         "logprobs": probe[0].logprobs})
+    by_role = _learner_logprobs(team, probe, 1.0)
+    assert max(abs(a - b) for a, b in zip(by_role[0], by_role[1], strict=True)) > 1e-3
+    with torch.no_grad():
+        for name, weight in team.model.named_parameters():
+            if "lora_B" in name and ".verifier." in name:
+                weight.mul_(-1.0)
+    engine.policy_version += 1  # what train_step does after an update
+    _check_against_learner(team, engine, prompts, roles)
