@@ -450,12 +450,16 @@ def warm_start_plan(preset: dict, out: Path, base: dict | None = None
 
 
 def run_preset(name: str, out: Path, log=print, workers: int = 1,
-               envs: tuple[str, ...] = (), report_only: bool = False) -> list[dict]:
+               envs: tuple[str, ...] = (), report_only: bool = False,
+               labels: tuple[str, ...] = ()) -> list[dict]:
     """Run a preset (finished runs are read back) and write its table and plots.
+    ``envs``, ``labels``: only the pairs of these env ids and workflow labels.
     ``report_only``: run nothing; write them over the runs already finished."""
     preset = dict(PRESETS[name])
     if envs:
         preset["pairs"] = [p for p in preset["pairs"] if p[0] in envs]
+    if labels:
+        preset["pairs"] = [p for p in preset["pairs"] if p[1] in labels]
     out.mkdir(parents=True, exist_ok=True)
     base = dict(preset["base"])
     started = time.monotonic()
@@ -536,6 +540,8 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
         command += f" --workers {workers}"
     if envs:
         command += " --envs " + " ".join(envs)
+    if labels:
+        command += " --labels " + " ".join(labels)
     if not rows:
         log("harness: no finished runs to report")
         return rows
@@ -869,6 +875,8 @@ def main() -> None:
                         help="runs in parallel, one process and one thread each")
     parser.add_argument("--envs", nargs="*", default=[],
                         help="run only the preset's pairs of these env ids")
+    parser.add_argument("--labels", nargs="*", default=[],
+                        help="run only the preset's pairs with these workflow labels")
     parser.add_argument("--report", action="store_true",
                         help="run nothing: write the table and plots over the finished runs")
     args = parser.parse_args()
@@ -878,9 +886,13 @@ def main() -> None:
     if set(args.envs) - known:
         sys.exit(f"--envs={args.envs}: expected env ids of the {args.preset} preset, "
                  f"{sorted(known)}")
+    labels = {label for _, label in PRESETS[args.preset]["pairs"]}
+    if set(args.labels) - labels:
+        sys.exit(f"--labels={args.labels}: expected workflow labels of the {args.preset} "
+                 f"preset, {sorted(labels)}")
     out = Path(args.out or f"runs/harness-{args.preset}")
     rows = run_preset(args.preset, out, workers=args.workers, envs=tuple(args.envs),
-                      report_only=args.report)
+                      report_only=args.report, labels=tuple(args.labels))
     if rows:
         print((out / "table.md").read_text())
 
