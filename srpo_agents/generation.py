@@ -309,6 +309,11 @@ class VLLMGenerator:
     only allows with ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``; unless either variable is
     set, the constructor sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (an in-process engine).
     On the CPU the engine gets an explicit KV cache (``CPU_KV_CACHE_GIB``) and runs eagerly.
+
+    With role adapters (``Policy.adapter_roles``) the engine loads the frozen base from
+    ``policy.base_name`` (so those weights on disk must be the base in memory) with
+    multi-LoRA on, and each prompt carries its role's ``LoRARequest``; ``sync_weights``
+    writes the adapters again and the next call reloads them in place.
     """
 
     def __init__(self, policy: Policy, *, max_new_tokens: int, temperature: float,

@@ -174,17 +174,22 @@ def test_srpo_train_with_vllm_keeps_the_results_contract(tmp_path, env, workflow
 
 
 @pytest.fixture()
-def role_adapters(policy):
+def role_adapters(policy, tmp_path):
     """The tiny policy as a frozen base with an adapter per role, each moved off LoRA's
-    zero start so that the roles answer differently."""
+    zero start so that the roles answer differently. The base is saved first: vLLM
+    loads it by name from disk (earlier tests here update ``policy`` in memory only)."""
     import copy
 
     pytest.importorskip("peft")
     from srpo_agents.adapters import attach_role_adapters
+    from srpo_agents.policy import Policy
 
+    base = copy.deepcopy(policy)
+    base.model.save_pretrained(tmp_path / "base")
+    base.tokenizer.save_pretrained(tmp_path / "base")
+    base = Policy(base.model, base.tokenizer, str(tmp_path / "base"))
     torch.manual_seed(0)
-    team = attach_role_adapters(copy.deepcopy(policy), ["solver", "verifier"], rank=4,
-                                alpha=8)
+    team = attach_role_adapters(base, ["solver", "verifier"], rank=4, alpha=8)
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, weight in team.model.named_parameters():
