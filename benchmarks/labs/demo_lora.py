@@ -1,0 +1,23 @@
+"""The demo's setting with one LoRA per role (issue 27), from the repository root:
+
+    python benchmarks/labs/demo_lora.py
+
+``demo_config`` with ``per_role_adapters="lora"`` and lr 3e-4 (10x the demo's full-model
+lr), fixed before the run, from the demo's seed-0 warm start: copy the compare preset's
+``warmstart/SRPO-Math-v0-parallel/warmstart`` to ``runs/demo-lora/warm/warmstart`` first
+(the run then finds it cached; without it the warm start is built, about 5 minutes).
+Results: ``benchmarks/results/demo_lora.md``."""
+
+import json
+import time
+
+from srpo_agents.demo import demo_config
+from srpo_agents.train import train
+
+config = demo_config("runs/demo-lora/run", 0, per_role_adapters="lora", lr=3e-4,
+                     warmstart_dir="runs/demo-lora/warm")
+start = time.monotonic()
+summary = train(config)
+print(json.dumps({"difference": summary["difference"], "before": summary["before"]["avg_at_k"],
+                  "after": summary["after"]["avg_at_k"], "wall": time.monotonic() - start,
+                  "time": summary["time_breakdown"]}), flush=True)
