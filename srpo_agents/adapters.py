@@ -133,23 +133,21 @@ def is_adapter_folder(path: str | Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
 
-def load_role_adapters(path: str | Path, *, device: str = "cpu", dtype: Any = None,
-                       base: str | None = None, trainable: bool = False) -> Policy:
+def load_role_adapters(path: str | Path, *, device: str = "cpu", dtype: Any = None) -> Policy:
     """A policy from a folder written by ``save_role_adapters``: its base (by the
-    manifest's name, or ``base``) with every role's adapter."""
+    manifest's name) with every role's adapter, frozen (for sampling; training attaches
+    fresh adapters and restores a checkpoint's weights into them)."""
     from srpo_agents.policy import load_policy
 
     peft = _require_peft()
     path = Path(path)
     manifest = json.loads((path / MANIFEST).read_text())
     roles = manifest["roles"]
-    plain = load_policy(base or manifest["base"], device=device, dtype=dtype)
+    plain = load_policy(manifest["base"], device=device, dtype=dtype)
     model = peft.PeftModel.from_pretrained(plain.model, str(path / roles[0]),
-                                           adapter_name=roles[0], is_trainable=trainable)
+                                           adapter_name=roles[0])
     for role in roles[1:]:
-        model.load_adapter(str(path / role), adapter_name=role, is_trainable=trainable)
-    if trainable:
-        _train_every_adapter(model, roles)
+        model.load_adapter(str(path / role), adapter_name=role)
     model.to(device)
     return Policy(model=model, tokenizer=plain.tokenizer, name=str(path),
                   adapter_roles=tuple(roles), base_name=manifest["base"])
