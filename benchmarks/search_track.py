@@ -48,20 +48,20 @@ READERS = {"search_answer_verify": ("answerer", "verifier"), "parallel": ("aggre
            "routed": ("aggregator",)}
 """The roles of each workflow's focus phase: those who copy the answer out of a passage."""
 
-RECIPE = {"warmstart_steps": 900, "warmstart_first_steps": 600, "warmstart_focus_steps": 900,
-          "warmstart_minutes": 120.0, "top_k": 1}
+RECIPE = {"warmstart_steps": 900, "warmstart_first_steps": 600, "warmstart_focus_steps": 1000,
+          "warmstart_focus_target": 0.3, "warmstart_minutes": 60.0, "top_k": 1}
 """The track's warm start (search_track.md: tags 0.993, gold on top 0.750, avg@1 0.435
 on 200 held-out one-hop questions for search_answer_verify)."""
 
 
 def track_config(workflow: str, out: str, warmstart_steps: int, minutes: float, seed: int = 0,
                  first_steps: int = 0, top_k: int = 2, focus_steps: int = 0,
-                 **overrides) -> TrainConfig:
+                 focus_target: float = 1.0, **overrides) -> TrainConfig:
     """The tiny search track: compact world, one-hop questions, 2 rounds; the warm start's
     first ``first_steps`` steps train the searchers alone (the copy curriculum), and
     ``focus_steps`` more train the workflow's readers (``READERS``) after the rest."""
     return TrainConfig(**{**track_settings(workflow, warmstart_steps, minutes, first_steps,
-                                           top_k, focus_steps),
+                                           top_k, focus_steps, focus_target),
                           "env": "SRPO-Search-v0", "workflow": workflow, "seed": seed,
                           "out": out, **overrides})
 
@@ -70,7 +70,8 @@ def track_settings(workflow: str, warmstart_steps: int = RECIPE["warmstart_steps
                    minutes: float = RECIPE["warmstart_minutes"],
                    first_steps: int = RECIPE["warmstart_first_steps"],
                    top_k: int = RECIPE["top_k"],
-                   focus_steps: int = RECIPE["warmstart_focus_steps"]) -> dict:
+                   focus_steps: int = RECIPE["warmstart_focus_steps"],
+                   focus_target: float = RECIPE["warmstart_focus_target"]) -> dict:
     """The TrainConfig fields of SRPO-Search-v0's track (world, agents, warm start) for
     ``workflow``, by default the recipe's: what the harness's search presets start from."""
     return {"n_agents": 2, "max_turns": 2, "model": "tiny",
@@ -80,6 +81,7 @@ def track_settings(workflow: str, warmstart_steps: int = RECIPE["warmstart_steps
             "warmstart_first_steps": first_steps,
             "warmstart_focus_roles": READERS[workflow] if focus_steps else (),
             "warmstart_focus_steps": focus_steps,
+            "warmstart_focus_target": focus_target if focus_steps else 1.0,
             "extra_env_kwargs": {"hops": [1], "top_k": top_k}}
 
 
@@ -136,6 +138,10 @@ def main() -> None:
                         help="warm-start steps on the searchers' examples alone, first")
     parser.add_argument("--focus-steps", type=int, default=RECIPE["warmstart_focus_steps"],
                         help="warm-start steps on the readers' examples after the rest")
+    parser.add_argument("--focus-target", type=float,
+                        default=RECIPE["warmstart_focus_target"],
+                        help="stop the focus phase once validation avg@2 reaches this "
+                             "(checked every 100 steps; 1: run all its steps)")
     parser.add_argument("--top-k", type=int, default=RECIPE["top_k"], help="passages per query")
     parser.add_argument("--tasks", type=int, default=500)
     parser.add_argument("--k", type=int, default=4)
@@ -147,7 +153,8 @@ def main() -> None:
         run_dir = warm_folder(args.out, workflow)
         config = track_config(workflow, str(run_dir), args.steps, args.minutes, args.seed,
                               first_steps=args.first_steps, top_k=args.top_k,
-                              focus_steps=args.focus_steps, warmstart_dir=str(run_dir))
+                              focus_steps=args.focus_steps, focus_target=args.focus_target,
+                              warmstart_dir=str(run_dir))
         policy, meta = prepare_policy(config, run_dir, print)
         engine = RolloutEngine(policy, max_new_tokens=config.max_new_tokens, seed=args.seed)
         results[workflow] = {"warm_start": {k: v for k, v in meta.items() if k != "settings"},
@@ -155,7 +162,8 @@ def main() -> None:
         print(workflow, json.dumps(results[workflow]), flush=True)
     command = (f"python benchmarks/search_track.py --workflows {' '.join(args.workflows)} "
                f"--steps {args.steps} --first-steps {args.first_steps} "
-               f"--focus-steps {args.focus_steps} --top-k {args.top_k} "
+               f"--focus-steps {args.focus_steps} --focus-target {args.focus_target:g} "
+               f"--top-k {args.top_k} "
                f"--minutes {args.minutes:g} --tasks {args.tasks} "
                f"--k {args.k} --seed {args.seed} --out {args.out}")
     lines = ["# The tiny policy's search track", "", f"Command: `{command}`", "",

@@ -142,6 +142,9 @@ class TrainConfig:
     warmstart_focus_steps: int = 0
     """Tiny model only: steps of the focus phase (see warmstart_focus_roles); it needs
     ``warmstart_steps``."""
+    warmstart_focus_target: float = 1.0
+    """Tiny model only: stop the focus phase once the validation accuracy, checked every
+    100 of its steps, reaches this (1: no checks; the phase runs all its steps)."""
     warmstart_dir: str = ""
     """Tiny model only: folder that caches the warm start (default: the run directory),
     so that runs of several algorithms can share one."""
@@ -344,7 +347,8 @@ class TrainConfig:
         if not (isinstance(self.eps_high, int | float) and self.eps_high > 0):
             raise ValueError(f"eps_high={self.eps_high!r}: expected a value > 0 (the clip "
                              f"range is [1 - eps_low, 1 + eps_high])")
-        for name, low in (("beta", 0.0), ("warmstart_target", 0.0)):
+        for name, low in (("beta", 0.0), ("warmstart_target", 0.0),
+                          ("warmstart_focus_target", 0.0)):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value < low:
                 raise ValueError(f"{name}={value!r}: expected a finite number >= {low}")

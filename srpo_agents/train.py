@@ -68,6 +68,7 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
                       first_steps=config.warmstart_first_steps,
                       focus_roles=config.warmstart_focus_roles,
                       focus_steps=config.warmstart_focus_steps,
+                      focus_target=config.warmstart_focus_target,
                       episodes=config.warmstart_episodes,
                       eval_tasks=config.warmstart_eval_tasks,
                       batch_size=config.warmstart_batch_size, vocab_size=config.tiny_vocab,

@@ -186,6 +186,11 @@ FOCUS_MIX_EVERY = 4
 """In the focus phase every 4th batch holds every role's examples, the others only the
 focus roles': the other roles keep what the main phase taught them."""
 
+FOCUS_CHECK_EVERY = 100
+"""Focus-phase steps between validation checks when the phase has a target
+(``focus_target`` < 1): the readers' copy skill appears suddenly, at a step that varies
+with the seed and the float kernels, so the phase runs until it has appeared."""
+
 SAVE_EVERY = 100
 """Optimizer steps between the warm start's resumable checkpoints."""
 
@@ -215,7 +220,7 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                lr: float = 3e-3, batch_size: int = 64, warmup: int = 0, decay: bool = False,
                first_roles: tuple[str, ...] = (), first_steps: int = 0,
                focus_roles: tuple[str, ...] = (), focus_steps: int = 0,
-               env_name: str, key: dict | None = None, vocab_size: int = 0,
+               focus_target: float = 1.0, env_name: str, key: dict | None = None, vocab_size: int = 0,
                save_every: int = SAVE_EVERY, log=print) -> tuple[Policy, dict]:
     """Build (or load from ``run_dir/warmstart``) the warm-started tiny policy.
 
@@ -232,6 +237,9 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     steps of warm-up, then the cosine over the phase), whose batches hold only those
     roles' examples except every ``FOCUS_MIX_EVERY``-th (the search track's readers, who
     learn to copy from a passage only after the searcher has learned its query).
+    ``focus_target`` < 1: every ``FOCUS_CHECK_EVERY`` focus steps the validation accuracy
+    is checked, and the phase stops once it reaches ``focus_target`` (a skill that
+    appears at an unpredictable step is then waited for, not gambled on).
     ``make_eval_env`` must make envs of a validation split (module docstring); ``key``:
     what else shapes the result (``srpo_agents.train.warm_start_key``), part of the cache
     key. ``vocab_size``: the tokenizer's (``tiny.build_tiny_policy``; 0, bytes only).
@@ -256,6 +264,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                 "run": key or {}, "version": 3}
     if focus_steps:  # absent when unused: the keys of existing caches stay valid
         settings.update(focus_roles=list(focus_roles), focus_steps=focus_steps)
+        if focus_target < 1:
+            settings.update(focus_target=focus_target, focus_check_every=FOCUS_CHECK_EVERY)
     settings = canonical(settings)
     meta_path = out / META
     if meta_path.is_file():
@@ -335,6 +345,10 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
         if phase == "main" and target < 1 and done % check_every == 0:
             checked = check(done, loss)
             if checked >= target:
+                break
+        elif phase == "focus" and focus_target < 1 and done % FOCUS_CHECK_EVERY == 0:
+            checked = check(total(), loss)
+            if checked >= focus_target:
                 break
         elif total() % check_every == 0:
             log(f"warm start: step {total()} loss {loss.item():.3f} "

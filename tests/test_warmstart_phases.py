@@ -144,3 +144,23 @@ def test_focus_settings_are_validated(changes, field):
 def test_focus_roles_must_exist(tmp_path):
     with pytest.raises(ValueError, match="focus_roles=.*'searcher'"):
         _build(tmp_path, focus_roles=("searcher",))
+
+
+def test_a_focus_target_stops_the_phase_at_the_first_check_that_reaches_it(tmp_path, monkeypatch):
+    # validation accuracies of the successive checks: the skill "appears" at the second
+    accuracies = iter([0.1, 0.5, 0.9, 0.9])
+    checked_at: list[int] = []
+
+    def fake_evaluate(engine, envs, tasks, k, tag):
+        checked_at.append(len(checked_at))
+        return {"avg_at_k": next(accuracies)}
+
+    monkeypatch.setattr(warmstart, "evaluate", fake_evaluate)
+    monkeypatch.setattr(warmstart, "FOCUS_CHECK_EVERY", 2)
+    logs: list[str] = []
+    _, meta = _build(tmp_path, log=logs.append, focus_steps=8, focus_target=0.4)
+    assert meta["steps"] == 6 + 4, logs  # stopped at focus step 4, not 8
+    assert meta["accuracy"] == 0.5
+    assert len(checked_at) == 2
+    assert meta["settings"]["focus_target"] == 0.4
+    assert any("validation avg@2 0.100" in line for line in logs), logs
