@@ -3,12 +3,19 @@
     python benchmarks/search_track.py [--workflows search_answer_verify routed]
         [--tasks 500] [--k 4] [--out runs/search-warmstart]
 
-The defaults are the track's recipe (``RECIPE``), the one measured to teach the
-1M-parameter byte-level policy both copy skills (``results/search_track.md``): 900
-warm-start steps on the env's oracle trajectories (``srpo_agents.warmstart``), the
-first 600 on the searcher's examples alone, then a focus phase of 900 steps on the
-readers' (``READERS``). SRPO-Search-v0's compact world, one-hop questions, two rounds,
-the top passage per query. About 55 minutes on 2 cores per workflow, once: the build
+The defaults are the track's recipe (``RECIPE``), supervised steps on the env's oracle
+trajectories (``srpo_agents.warmstart``) in three phases, each of the two copy skills
+waited for rather than given a fixed number of steps, since each appears suddenly at a
+step that moves with the seed and the float kernels (``results/search_track.md``):
+
+1. the searchers' examples alone at a constant lr, until the searcher copies the
+   question's name exactly on 30% of validation prompts (at most 1500 steps);
+2. 400 steps of every role's, with a warm-up and cosine decay (they sharpen the copy);
+3. the readers' (``READERS``), every 4th batch every role's, with a fresh warm-up and
+   cosine over 1000 steps, until validation avg@2 reaches 0.3.
+
+SRPO-Search-v0's compact world, one-hop questions, two rounds, the top passage per
+query. At most 60 minutes per workflow, once: the build
 writes a checkpoint every 100 steps (a killed build resumes), and the result is cached
 in ``OUT/SRPO-Search-v0-WORKFLOW/warmstart`` under a key of everything that shapes it.
 That is the folder the harness's search presets read (``warm_root``), so every later
@@ -48,20 +55,23 @@ READERS = {"search_answer_verify": ("answerer", "verifier"), "parallel": ("aggre
            "routed": ("aggregator",)}
 """The roles of each workflow's focus phase: those who copy the answer out of a passage."""
 
-RECIPE = {"warmstart_steps": 900, "warmstart_first_steps": 600, "warmstart_focus_steps": 1000,
-          "warmstart_focus_target": 0.3, "warmstart_minutes": 60.0, "top_k": 1}
+RECIPE = {"warmstart_first_steps": 1500, "warmstart_first_target": 0.3,
+          "warmstart_steps": 400, "warmstart_focus_steps": 1000, "warmstart_focus_target": 0.3,
+          "warmstart_minutes": 60.0, "top_k": 1}
 """The track's warm start (search_track.md: tags 0.993, gold on top 0.750, avg@1 0.435
 on 200 held-out one-hop questions for search_answer_verify)."""
 
 
 def track_config(workflow: str, out: str, warmstart_steps: int, minutes: float, seed: int = 0,
                  first_steps: int = 0, top_k: int = 2, focus_steps: int = 0,
-                 focus_target: float = 1.0, **overrides) -> TrainConfig:
+                 focus_target: float = 1.0, first_target: float = 1.0,
+                 **overrides) -> TrainConfig:
     """The tiny search track: compact world, one-hop questions, 2 rounds; the warm start's
     first ``first_steps`` steps train the searchers alone (the copy curriculum), and
     ``focus_steps`` more train the workflow's readers (``READERS``) after the rest."""
     return TrainConfig(**{**track_settings(workflow, warmstart_steps, minutes, first_steps,
-                                           top_k, focus_steps, focus_target),
+                                           top_k, focus_steps, focus_target,
+                                           first_target),
                           "env": "SRPO-Search-v0", "workflow": workflow, "seed": seed,
                           "out": out, **overrides})
 
@@ -71,7 +81,8 @@ def track_settings(workflow: str, warmstart_steps: int = RECIPE["warmstart_steps
                    first_steps: int = RECIPE["warmstart_first_steps"],
                    top_k: int = RECIPE["top_k"],
                    focus_steps: int = RECIPE["warmstart_focus_steps"],
-                   focus_target: float = RECIPE["warmstart_focus_target"]) -> dict:
+                   focus_target: float = RECIPE["warmstart_focus_target"],
+                   first_target: float = RECIPE["warmstart_first_target"]) -> dict:
     """The TrainConfig fields of SRPO-Search-v0's track (world, agents, warm start) for
     ``workflow``, by default the recipe's: what the harness's search presets start from."""
     return {"n_agents": 2, "max_turns": 2, "model": "tiny",
@@ -79,6 +90,7 @@ def track_settings(workflow: str, warmstart_steps: int = RECIPE["warmstart_steps
             "warmstart_decay": True, "warmstart_minutes": minutes, "warmstart_target": 1.0,
             "warmstart_first_roles": ("searcher",) if first_steps else (),
             "warmstart_first_steps": first_steps,
+            "warmstart_first_target": first_target if first_steps else 1.0,
             "warmstart_focus_roles": READERS[workflow] if focus_steps else (),
             "warmstart_focus_steps": focus_steps,
             "warmstart_focus_target": focus_target if focus_steps else 1.0,
@@ -136,6 +148,10 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=RECIPE["warmstart_minutes"])
     parser.add_argument("--first-steps", type=int, default=RECIPE["warmstart_first_steps"],
                         help="warm-start steps on the searchers' examples alone, first")
+    parser.add_argument("--first-target", type=float,
+                        default=RECIPE["warmstart_first_target"],
+                        help="end the searchers' phase once their exact-response rate on "
+                             "validation examples reaches this (1: the first steps of --steps)")
     parser.add_argument("--focus-steps", type=int, default=RECIPE["warmstart_focus_steps"],
                         help="warm-start steps on the readers' examples after the rest")
     parser.add_argument("--focus-target", type=float,
@@ -154,6 +170,7 @@ def main() -> None:
         config = track_config(workflow, str(run_dir), args.steps, args.minutes, args.seed,
                               first_steps=args.first_steps, top_k=args.top_k,
                               focus_steps=args.focus_steps, focus_target=args.focus_target,
+                              first_target=args.first_target,
                               warmstart_dir=str(run_dir))
         policy, meta = prepare_policy(config, run_dir, print)
         engine = RolloutEngine(policy, max_new_tokens=config.max_new_tokens, seed=args.seed)
@@ -161,7 +178,8 @@ def main() -> None:
                              **measure(engine, config, args.tasks, args.k)}
         print(workflow, json.dumps(results[workflow]), flush=True)
     command = (f"python benchmarks/search_track.py --workflows {' '.join(args.workflows)} "
-               f"--steps {args.steps} --first-steps {args.first_steps} "
+               f"--first-steps {args.first_steps} --first-target {args.first_target:g} "
+               f"--steps {args.steps} "
                f"--focus-steps {args.focus_steps} --focus-target {args.focus_target:g} "
                f"--top-k {args.top_k} "
                f"--minutes {args.minutes:g} --tasks {args.tasks} "
@@ -169,11 +187,14 @@ def main() -> None:
     lines = ["# The tiny policy's search track", "", f"Command: `{command}`", "",
              f"Machine: {describe()}.", "",
              "SRPO-Search-v0, compact world, one-hop test-split questions, 2 searchers "
-             f"(parallel, routed), 2 rounds, top {args.top_k} passages per query. Warm start: "
-             f"{args.steps} supervised steps on the env's oracle trajectories (batch 64, lr "
-             f"3e-3, warm-up and cosine decay), the first {args.first_steps} on the "
-             f"searchers' examples alone, then {args.focus_steps} on the readers' (a fresh "
-             f"warm-up and cosine; every 4th batch of every role's).", "",
+             f"(parallel, routed), 2 rounds, top {args.top_k} passages per query. Warm start "
+             f"(batch 64, lr 3e-3) on the env's oracle trajectories: the searchers' examples "
+             f"alone at a constant lr until they copy the name exactly on "
+             f"{args.first_target:g} of validation prompts (at most {args.first_steps} steps), "
+             f"then {args.steps} steps of every role's (warm-up and cosine decay), then up "
+             f"to {args.focus_steps} on the readers' (a fresh warm-up and cosine; every 4th "
+             f"batch of every role's) until validation avg@2 reaches {args.focus_target:g}.",
+             "",
              "| workflow | warm start | well-formed turns | by role | first-round queries "
              "with gold in top k | questions with gold in top k | avg@k | pass@k |",
              "|---|---|---:|---|---:|---:|---:|---:|"]

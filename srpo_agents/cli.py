@@ -376,7 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
                "warmstart_steps", "warmstart_skill", "warmstart_decay", "dynamic_sampling",
                "group_size", "tasks_per_step", "algo", "microbatch_rows", "advantage",
                "per_role_policies", "warmstart_dir", "warmstart_first_roles",
-               "warmstart_first_steps", "warmstart_focus_roles", "warmstart_focus_steps",
+               "warmstart_first_steps", "warmstart_first_target", "warmstart_focus_roles",
+               "warmstart_focus_steps", "warmstart_focus_target",
                "per_role_adapters", "lora_rank", "lora_alpha", "lora_targets",
                "rollout_workers", "ray_address", "tensorboard"}
     add_config_flags(ev, skip=ev_skip)

@@ -134,6 +134,12 @@ class TrainConfig:
     warmstart_first_steps: int = 0
     """Tiny model only: steps of the warm start's curriculum (see
     warmstart_first_roles)."""
+    warmstart_first_target: float = 1.0
+    """Tiny model only: < 1 makes the curriculum a phase of its own before the
+    ``warmstart_steps``: a constant lr, at most ``warmstart_first_steps`` steps, ending
+    once the first roles' exact-response rate on validation examples (checked every 50
+    steps) reaches this (``srpo_agents.warmstart``). 1: the curriculum is the first
+    ``warmstart_first_steps`` of the ``warmstart_steps``."""
     warmstart_focus_roles: tuple[str, ...] = ()
     """Tiny model only: roles of a focus phase after the ``warmstart_steps``: a fresh
     optimizer and lr schedule, and batches of these roles' examples alone except every
@@ -290,7 +296,11 @@ class TrainConfig:
                 f"warmstart_first_roles={self.warmstart_first_roles!r} and "
                 f"warmstart_first_steps={self.warmstart_first_steps!r}: expected both set "
                 f"(roles and a step count > 0) or neither")
-        if self.warmstart_steps and self.warmstart_first_steps >= self.warmstart_steps:
+        if self.warmstart_first_target < 1 and not self.warmstart_first_steps:
+            raise ValueError(f"warmstart_first_target={self.warmstart_first_target!r} needs "
+                             f"warmstart_first_steps > 0 (the first phase's step limit)")
+        if (self.warmstart_steps and self.warmstart_first_target >= 1
+                and self.warmstart_first_steps >= self.warmstart_steps):
             raise ValueError(f"warmstart_first_steps={self.warmstart_first_steps!r}: expected "
                              f"fewer than warmstart_steps={self.warmstart_steps!r}, so every "
                              f"role gets steps")
@@ -348,7 +358,7 @@ class TrainConfig:
             raise ValueError(f"eps_high={self.eps_high!r}: expected a value > 0 (the clip "
                              f"range is [1 - eps_low, 1 + eps_high])")
         for name, low in (("beta", 0.0), ("warmstart_target", 0.0),
-                          ("warmstart_focus_target", 0.0)):
+                          ("warmstart_focus_target", 0.0), ("warmstart_first_target", 0.0)):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value < low:
                 raise ValueError(f"{name}={value!r}: expected a finite number >= {low}")

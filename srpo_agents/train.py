@@ -66,6 +66,7 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
                       decay=config.warmstart_decay,
                       first_roles=config.warmstart_first_roles,
                       first_steps=config.warmstart_first_steps,
+                      first_target=config.warmstart_first_target,
                       focus_roles=config.warmstart_focus_roles,
                       focus_steps=config.warmstart_focus_steps,
                       focus_target=config.warmstart_focus_target,

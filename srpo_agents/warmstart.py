@@ -155,6 +155,30 @@ def sft_loss(policy: Policy, batch: list[tuple[list[int], int]]) -> torch.Tensor
         ignore_index=-100)
 
 
+@torch.no_grad()
+def exact_response_rate(policy: Policy, batch: list[tuple[list[int], int]],
+                        micro_rows: int = 32) -> float:
+    """The share of encoded examples whose every response token (EOS included) is the
+    model's most likely next token given the prompt and the tokens before it: the
+    examples greedy decoding would reproduce exactly. A copy skill (a name into a query,
+    an answer out of a passage) shows here as a jump from near 0."""
+    was_training = policy.model.training
+    policy.model.eval()
+    exact = 0
+    for start in range(0, len(batch), micro_rows):
+        micro = batch[start:start + micro_rows]
+        width = max(len(ids) for ids, _ in micro)
+        pad = policy.pad_token_id
+        input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in micro])
+        attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in micro])
+        predicted = policy.model(input_ids=input_ids, attention_mask=attention).logits.argmax(-1)
+        for row, (ids, prompt_len) in enumerate(micro):
+            target = torch.tensor(ids[prompt_len:])
+            exact += bool((predicted[row, prompt_len - 1:len(ids) - 1] == target).all())
+    policy.model.train(was_training)
+    return exact / max(1, len(batch))
+
+
 def sft_step(policy: Policy, optimizer: torch.optim.Optimizer, batch: list[tuple[list[int], int]],
              scheduler=None, micro_rows: int = 16, max_grad_norm: float | None = 1.0
              ) -> torch.Tensor:
@@ -191,6 +215,13 @@ FOCUS_CHECK_EVERY = 100
 (``focus_target`` < 1): the readers' copy skill appears suddenly, at a step that varies
 with the seed and the float kernels, so the phase runs until it has appeared."""
 
+FIRST_CHECK_EVERY = 50
+"""First-phase steps between checks of the first roles' exact-response rate when the
+phase has a target (``first_target`` < 1)."""
+
+CHECK_EXAMPLES = 200
+"""Validation reference examples per role of the exact-response checks."""
+
 SAVE_EVERY = 100
 """Optimizer steps between the warm start's resumable checkpoints."""
 
@@ -219,7 +250,7 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                check_every: int = 50, eval_tasks: int = 64, skill: float = 0.75,
                lr: float = 3e-3, batch_size: int = 64, warmup: int = 0, decay: bool = False,
                first_roles: tuple[str, ...] = (), first_steps: int = 0,
-               focus_roles: tuple[str, ...] = (), focus_steps: int = 0,
+               first_target: float = 1.0, focus_roles: tuple[str, ...] = (), focus_steps: int = 0,
                focus_target: float = 1.0, env_name: str, key: dict | None = None, vocab_size: int = 0,
                save_every: int = SAVE_EVERY, log=print) -> tuple[Policy, dict]:
     """Build (or load from ``run_dir/warmstart``) the warm-started tiny policy.
@@ -232,6 +263,13 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     cosine decay of the lr to a tenth over ``steps`` (needs ``steps``). ``first_roles``,
     ``first_steps``: the first steps sample only those roles' examples (a curriculum:
     short prompts that teach a skill, such as copying a name, before the long ones).
+    ``first_target`` < 1 makes that curriculum a phase of its own, before the ``steps``:
+    a constant lr after the warm-up (a decaying one lowers the lr before a copy skill
+    has appeared, ``benchmarks/results/search_track.md``), at most ``first_steps`` steps,
+    ending once the first roles' exact-response rate (``exact_response_rate``) on
+    validation reference examples, checked every ``FIRST_CHECK_EVERY`` steps, reaches
+    ``first_target``; the ``steps`` that follow (every role's, their own warm-up and
+    decay) then sharpen what it found.
     ``focus_roles``, ``focus_steps``: after the ``steps``, a focus phase of
     ``focus_steps`` more steps with a fresh optimizer and lr schedule (``DECAY_WARMUP``
     steps of warm-up, then the cosine over the phase), whose batches hold only those
@@ -262,7 +300,10 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                 # a byte tokenizer (0) leaves the key as it was before merges existed
                 "model": {**TINY_SHAPE, **({"vocab_size": vocab_size} if vocab_size else {})},
                 "run": key or {}, "version": 3}
-    if focus_steps:  # absent when unused: the keys of existing caches stay valid
+    if first_target < 1:  # absent when unused: the keys of existing caches stay valid
+        settings.update(first_target=first_target, first_check_every=FIRST_CHECK_EVERY,
+                        check_examples=CHECK_EXAMPLES)
+    if focus_steps:
         settings.update(focus_roles=list(focus_roles), focus_steps=focus_steps)
         if focus_target < 1:
             settings.update(focus_target=focus_target, focus_check_every=FOCUS_CHECK_EVERY)
@@ -289,17 +330,29 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                             "first_roles")
     focus_pool = _role_pool(encoded, examples, focus_roles if focus_steps else (),
                             "focus_roles")
+    separate_first = first_target < 1
+    check_pool = _check_pool(policy, make_eval_env, first_roles, seed, skill, env_name) \
+        if separate_first else []
     engine = RolloutEngine(policy, max_new_tokens=max_new_tokens, seed=seed)
     eval_envs = [make_eval_env(10_000 + i) for i in range(eval_tasks * 2)]
     build = Path(run_dir) / BUILD
-    phase, done, spent = "main", 0, 0.0  # ``done``: steps of the phase now running
-    optimizer, scheduler = _optimizer(policy, lr, warmup, steps if decay else 0)
+
+    def phase_optimizer(phase: str):
+        if phase == "first":  # constant after the warm-up: see the docstring
+            return _optimizer(policy, lr, warmup or DECAY_WARMUP, 0)
+        if phase == "focus":
+            return _optimizer(policy, lr, DECAY_WARMUP, focus_steps)
+        return _optimizer(policy, lr, warmup, steps if decay else 0)
+
+    # ``done``: steps of the phase now running; ``base``: steps of the phases before it
+    phase, done, base, spent = ("first" if separate_first else "main"), 0, 0, 0.0
+    optimizer, scheduler = phase_optimizer(phase)
     rng = random.Random(seed)
     resumed = _resume(build, settings, policy, rng, log)
     if resumed is not None:
         phase, done, spent = resumed["phase"], resumed["done"], resumed["seconds"]
-        if phase == "focus":
-            optimizer, scheduler = _optimizer(policy, lr, DECAY_WARMUP, focus_steps)
+        base = resumed.get("base", steps if phase == "focus" else 0)
+        optimizer, scheduler = phase_optimizer(phase)
         optimizer.load_state_dict(resumed["optimizer"])
         scheduler.last_epoch = resumed["scheduler_epoch"]
     start, checked, loss = time.monotonic() - spent, None, torch.tensor(float("nan"))
@@ -313,36 +366,56 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
         return accuracy
 
     def total() -> int:
-        return done + (steps if phase == "focus" else 0)
+        return base + done
+
+    def first_rate(step: int) -> float:
+        rate = exact_response_rate(policy, check_pool)
+        log(f"warm start: step {step} loss {loss.item():.3f} {', '.join(first_roles)} "
+            f"exact on validation {rate:.3f} ({time.monotonic() - start:.0f}s)")
+        return rate
+
+    def enter(name: str) -> None:
+        nonlocal phase, done, base, optimizer, scheduler, rng
+        phase, done, base = name, 0, total()
+        optimizer, scheduler = phase_optimizer(phase)
+        if name == "focus":
+            rng = random.Random(seed + 1)
+            log(f"warm start: focus phase, {focus_steps} steps on {', '.join(focus_roles)}")
+        else:
+            log(f"warm start: main phase after {base} first-phase steps")
 
     while time.monotonic() - start < minutes * 60:
+        if phase == "first" and done >= first_steps:
+            enter("main")
         if phase == "main" and steps and done >= steps:
             if not focus_steps:
                 break
-            phase, done = "focus", 0
-            optimizer, scheduler = _optimizer(policy, lr, DECAY_WARMUP, focus_steps)
-            rng = random.Random(seed + 1)
-            log(f"warm start: focus phase, {focus_steps} steps on {', '.join(focus_roles)}")
+            enter("focus")
         if phase == "focus" and done >= focus_steps:
             break
         policy.model.train()
         if phase == "focus":
             pool = encoded if (done + 1) % FOCUS_MIX_EVERY == 0 else focus_pool
+        elif phase == "first":
+            pool = first_pool
         else:
-            pool = first_pool if done < first_steps else encoded
+            pool = first_pool if not separate_first and done < first_steps else encoded
         loss = sft_step(policy, optimizer, rng.sample(pool, min(batch_size, len(pool))),
                         scheduler)
         done += 1
         checked = None
+        if phase == "first" and done % FIRST_CHECK_EVERY == 0 \
+                and first_rate(total()) >= first_target:
+            enter("main")  # the skill has appeared; a checkpoint of this step resumes there
         if total() % save_every == 0:
-            _save(build, settings, policy, optimizer, scheduler, rng, phase, done,
+            _save(build, settings, policy, optimizer, scheduler, rng, phase, done, base,
                   time.monotonic() - start)
         faults.at_step(total())
         faults.kill_point("warmstart")  # crash-safety tests: a kill between steps
         faults.at_step(None)
         # Held-out checks serve the early stop; without one (target >= 1) the last
         # step's check below is the only one.
-        if phase == "main" and target < 1 and done % check_every == 0:
+        if phase == "main" and target < 1 and done and done % check_every == 0:
             checked = check(done, loss)
             if checked >= target:
                 break
@@ -357,18 +430,34 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     policy.model.eval()
     meta = {"settings": settings, "steps": total(), "accuracy": accuracy,
             "examples": len(examples), "seconds": time.monotonic() - start}
+    if separate_first:
+        meta["first_roles_exact"] = exact_response_rate(policy, check_pool)
     save_pretrained_atomic(policy.model, policy.tokenizer, out)
     write_json_atomic(meta_path, meta)
     shutil.rmtree(build, ignore_errors=True)
     return load_policy(str(out)), meta
 
 
+def _check_pool(policy: Policy, make_eval_env: Callable[[int], Any], roles: tuple[str, ...],
+                seed: int, skill: float, env_name: str) -> list[tuple[list[int], int]]:
+    """Up to ``CHECK_EXAMPLES`` encoded reference examples per role of ``roles``, played
+    by the reference team on the validation split (never the test tasks)."""
+    examples = reference_examples(make_eval_env, episodes=CHECK_EXAMPLES, seed=seed + 7,
+                                  skill=skill, env_name=env_name)
+    picked = []
+    for role in roles:
+        picked += [e for e in examples if e[0] == role][:CHECK_EXAMPLES]
+    if not picked:
+        raise ValueError(f"first_roles={tuple(roles)!r}: no validation reference example "
+                         f"has one of these roles")
+    return _encode(policy, picked)
+
+
 def _save(build: Path, settings: dict, policy: Policy, optimizer, scheduler,
-          rng: random.Random, phase: str, done: int, seconds: float) -> None:
+          rng: random.Random, phase: str, done: int, base: int, seconds: float) -> None:
     save_checkpoint(build, policies={SHARED: policy}, optimizers={SHARED: optimizer},
-                    step=done + (settings["steps"] if phase == "focus" else 0),
-                    config=settings, generators={"batches": rng},
-                    extra={"phase": phase, "done": done, "seconds": seconds,
+                    step=base + done, config=settings, generators={"batches": rng},
+                    extra={"phase": phase, "done": done, "base": base, "seconds": seconds,
                            "scheduler_epoch": scheduler.last_epoch})
 
 

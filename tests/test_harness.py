@@ -157,6 +157,7 @@ def test_the_search_presets_reuse_the_track_s_warm_start(tmp_path, monkeypatch):
             top_k=search_track.RECIPE["top_k"],
             focus_steps=search_track.RECIPE["warmstart_focus_steps"],
             focus_target=search_track.RECIPE["warmstart_focus_target"],
+            first_target=search_track.RECIPE["warmstart_first_target"],
             warmstart_dir=str(folder))
         assert warm_args(job) == warm_args(script), workflow
     assert seen == []

@@ -135,6 +135,10 @@ def test_the_focus_phase_is_part_of_the_key_only_when_used(tmp_path):
     ({"warmstart_focus_roles": ("verifier",), "warmstart_focus_steps": 5},
      "warmstart_focus_steps"),
     ({"warmstart_focus_steps": -1}, "warmstart_focus_steps"),
+    ({"warmstart_first_target": 0.5}, "warmstart_first_target"),
+    ({"warmstart_first_target": -0.5, "warmstart_first_roles": ("solver",),
+      "warmstart_first_steps": 5}, "warmstart_first_target"),
+    ({"warmstart_focus_target": float("nan")}, "warmstart_focus_target"),
 ])
 def test_focus_settings_are_validated(changes, field):
     with pytest.raises(ValueError, match=field):
@@ -164,3 +168,88 @@ def test_a_focus_target_stops_the_phase_at_the_first_check_that_reaches_it(tmp_p
     assert len(checked_at) == 2
     assert meta["settings"]["focus_target"] == 0.4
     assert any("validation avg@2 0.100" in line for line in logs), logs
+
+
+def _with_first_target(monkeypatch, rates):
+    """A first phase on the solver's examples whose exact-response checks (every 2 steps)
+    return ``rates`` in turn."""
+    values = iter(rates)
+    monkeypatch.setattr(warmstart, "exact_response_rate", lambda policy, pool: next(values))
+    monkeypatch.setattr(warmstart, "FIRST_CHECK_EVERY", 2)
+    return {"first_roles": ("solver",), "first_steps": 20, "first_target": 0.4}
+
+
+def test_a_first_target_ends_the_first_phase_when_the_skill_appears(tmp_path, monkeypatch):
+    drawn: list[tuple[list, float]] = []
+    original = warmstart.sft_step
+
+    def record(policy, optimizer, batch, scheduler=None, **kwargs):
+        drawn.append(([tuple(ids) for ids, _ in batch], optimizer.param_groups[0]["lr"]))
+        return original(policy, optimizer, batch, scheduler, **kwargs)
+
+    monkeypatch.setattr(warmstart, "sft_step", record)
+    first = _with_first_target(monkeypatch, [0.0, 0.1, 0.5, 0.9])
+    logs: list[str] = []
+    _, meta = _build(tmp_path, log=logs.append, **first)
+    # checks at first-phase steps 2, 4, 6: the third reaches 0.4; then 6 main + 5 focus
+    assert meta["steps"] == 6 + 6 + 5, logs
+    assert meta["first_roles_exact"] == 0.9  # measured once more at the end
+    assert meta["settings"]["first_target"] == 0.4
+    assert any("main phase after 6 first-phase steps" in line for line in logs), logs
+    config = TrainConfig(**CONFIG)
+    examples = warmstart.reference_examples(env_factory(config, "train"), episodes=12,
+                                            seed=0, env_name=config.env)
+    policy = warmstart.load_policy(str(tmp_path / "warmstart"))
+    role_of = {tuple(ids): role for (ids, _), (role, _, _) in
+               zip(warmstart._encode(policy, examples), examples, strict=True)}
+    roles = [{role_of[row] for row in batch} for batch, _ in drawn]
+    assert all(r == {"solver"} for r in roles[:6]), roles[:6]
+    assert set().union(*roles[6:12]) > {"solver"}  # the main phase draws every role
+    lrs = [lr for _, lr in drawn]
+    # warm-up over 2 steps, then constant in the first phase; a fresh warm-up after it
+    assert lrs[1:6] == [BUILD_LR] * 5, lrs[:6]
+    assert lrs[6] < BUILD_LR and lrs[11] < lrs[7], lrs[6:12]
+
+
+BUILD_LR = 3e-3  # warm_start's default lr (BUILD leaves it)
+
+
+def test_a_build_killed_after_its_first_phase_resumes_into_the_main_phase(tmp_path,
+                                                                          monkeypatch):
+    _, meta = _build(tmp_path / "whole", **_with_first_target(monkeypatch, [0.0, 0.5, 0.9]))
+    assert meta["steps"] == 4 + 6 + 5
+    original, calls = warmstart.sft_step, []
+
+    def stop_at_the_8th(*args, **kwargs):
+        if len(calls) == 7:
+            raise RuntimeError("stopped")
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(warmstart, "sft_step", stop_at_the_8th)
+    with pytest.raises(RuntimeError, match="stopped"):
+        _build(tmp_path / "killed", **_with_first_target(monkeypatch, [0.0, 0.5, 0.9]))
+    monkeypatch.setattr(warmstart, "sft_step", original)
+    logs: list[str] = []
+    # no first-phase check runs after the resume (the rates left would say 0.0 again)
+    _, resumed = _build(tmp_path / "killed", log=logs.append,
+                        **_with_first_target(monkeypatch, [0.9]))
+    assert any("resuming" in line and "main phase, step 2" in line for line in logs), logs
+    assert resumed["steps"] == meta["steps"]
+    whole, again = (_weights(tmp_path / name / "warmstart") for name in ("whole", "killed"))
+    for name in whole:
+        assert torch.equal(whole[name], again[name]), name
+
+
+def test_the_exact_response_rate_counts_what_greedy_decoding_reproduces(tmp_path):
+    policy, _ = _build(tmp_path, steps=2, focus_roles=(), focus_steps=0)
+    prompt = policy.prompt_ids_batch("solver", ["What is 2 + 3?"])[0]
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(4):  # greedy continuation, one token at a time
+            ids.append(int(policy.model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    greedy = (ids, len(prompt))
+    wrong_last = (ids[:-1] + [(ids[-1] + 1) % policy.model.config.vocab_size], len(prompt))
+    assert warmstart.exact_response_rate(policy, [greedy]) == 1.0
+    assert warmstart.exact_response_rate(policy, [wrong_last]) == 0.0
+    assert warmstart.exact_response_rate(policy, [greedy, wrong_last, greedy]) == 2 / 3
