@@ -404,8 +404,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                         scheduler)
         done += 1
         checked = None
-        if phase == "first" and done % FIRST_CHECK_EVERY == 0 \
-                and first_rate(total()) >= first_target:
+        first_checked = phase == "first" and done % FIRST_CHECK_EVERY == 0
+        if first_checked and first_rate(total()) >= first_target:
             enter("main")  # the skill has appeared; a checkpoint of this step resumes there
         if total() % save_every == 0:
             _save(build, settings, policy, optimizer, scheduler, rng, phase, done, base,
@@ -423,7 +423,7 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
             checked = check(total(), loss)
             if checked >= focus_target:
                 break
-        elif total() % check_every == 0:
+        elif total() % check_every == 0 and not first_checked:
             log(f"warm start: step {total()} loss {loss.item():.3f} "
                 f"({time.monotonic() - start:.0f}s)")
     accuracy = checked if checked is not None else check(total(), loss)
