@@ -209,7 +209,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "search_sav": {"pairs": [(SEARCH, "search_answer_verify"), (SEARCH, "sav@lr1e-4")],
                    "algos": ["srpo"], "seeds": [0], "warm_root": SEARCH_WARM_ROOT,
                    "base": {**SEARCH_RL, "model": "tiny", "steps": 100, "eval_every": 10,
-                            "curve_tasks": 200, "save_every": 10},
+                            "curve_tasks": 200},
                    "variants": {**SEARCH_VARIANTS, (SEARCH, "sav@lr1e-4"): {
                        **track_settings("search_answer_verify"),
                        "workflow": "search_answer_verify",
