@@ -86,7 +86,10 @@ COMPARE_ORDER = ["srpo", "grpo", "magrpo", "srpo_singleton", "dr_mas", "at_grpo"
 COUNTDOWN_VARIANTS = {("SRPO-Countdown-v0", "single"): dict(workflow="single",
                                                            warm_pair="parallel")}
 SEARCH = "SRPO-Search-v0"
-SEARCH_WARM_ROOT = "runs/search-warmstart"
+# The search track's warm starts are committed (about 4 MB each): built once by
+# benchmarks/search_track.py, they are read by every later run, session and CI clone
+# (the path is relative to the repository root, where the harness runs).
+SEARCH_WARM_ROOT = "benchmarks/warmstarts"
 # The demo's RL settings on the search track: 16 questions x G=8 per step, one epoch in
 # mini-batches of 64 units, lr 3e-5, clip-higher; 500 held-out questions x k=4.
 SEARCH_RL = {**{k: DEMO[k] for k in ("group_size", "tasks_per_step", "lr", "epochs",

@@ -1,7 +1,7 @@
 """Why training accuracy rose while held-out accuracy did not (issue 26, must-hold 2).
 
     python benchmarks/search_diagnosis.py --workflow search_answer_verify \\
-        --policy runs/search-warmstart/SRPO-Search-v0-search_answer_verify/warmstart \\
+        --policy benchmarks/warmstarts/SRPO-Search-v0-search_answer_verify/warmstart \\
         [--after RUN/policy] [--metrics RUN/metrics.jsonl] [--tasks 500] [--k 4]
 
 Three questions, each answered by a measurement:

@@ -1,7 +1,7 @@
 """The tiny policy's search track: build its warm start once, then measure it.
 
     python benchmarks/search_track.py [--workflows search_answer_verify routed]
-        [--tasks 500] [--k 4] [--out runs/search-warmstart]
+        [--tasks 500] [--k 4] [--out benchmarks/warmstarts]
 
 The defaults are the track's recipe (``RECIPE``), supervised steps on the env's oracle
 trajectories (``srpo_agents.warmstart``) in three phases, each of the two copy skills
@@ -15,12 +15,13 @@ step that moves with the seed and the float kernels (``results/search_track.md``
    cosine over 1000 steps, until validation avg@2 reaches 0.3.
 
 SRPO-Search-v0's compact world, one-hop questions, two rounds, the top passage per
-query. At most 60 minutes per workflow, once: the build
-writes a checkpoint every 100 steps (a killed build resumes), and the result is cached
-in ``OUT/SRPO-Search-v0-WORKFLOW/warmstart`` under a key of everything that shapes it.
-That is the folder the harness's search presets read (``warm_root``), so every later
-run and seed of the track starts in seconds. ``routed``'s warm start also serves
-``parallel`` (its searchers and aggregator).
+query. At most 60 minutes per workflow, once: the build writes a checkpoint every 100
+steps (a killed build resumes), and the result is cached in
+``OUT/SRPO-Search-v0-WORKFLOW/warmstart`` under a key of everything that shapes it. The
+default OUT, ``benchmarks/warmstarts``, is committed (about 4 MB per workflow) and is the
+folder the harness's search presets read (``warm_root``), so every later run, seed,
+session and fresh clone starts in seconds; a change of anything in the key rebuilds it
+there. ``routed``'s warm start also serves ``parallel`` (its searchers and aggregator).
 
 On held-out (test-split) questions it measures:
 
@@ -162,7 +163,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=500)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="runs/search-warmstart")
+    parser.add_argument("--out", default="benchmarks/warmstarts",
+                        help="folder of the warm starts (default: the committed ones)")
     args = parser.parse_args()
     results = {}
     for workflow in args.workflows:
