@@ -217,6 +217,17 @@ PRESETS: dict[str, dict[str, Any]] = {
                        **track_settings("search_answer_verify"),
                        "workflow": "search_answer_verify",
                        "warm_pair": "search_answer_verify", "lr": 1e-4}}},
+    # Must-hold 4 of issue 26: SRPO against GRPO and Dr. MAS on the search pair that
+    # learns, with the search_sav preset's settings (its srpo seed-0 run is this preset's
+    # when both write to the same --out), three seeds and one twin of srpo per seed (the
+    # noise floor). Declared before its baselines ran; about 22 min per run on one thread.
+    "search_compare": {"pairs": [(SEARCH, "search_answer_verify")],
+                       "team_pairs": [(SEARCH, "search_answer_verify")],
+                       "algos": ["srpo", "grpo", "dr_mas"], "seeds": [0, 1, 2], "twins": [1],
+                       "warm_root": SEARCH_WARM_ROOT,
+                       "base": {**SEARCH_RL, "model": "tiny", "steps": 100, "eval_every": 10,
+                                "curve_tasks": 200},
+                       "variants": SEARCH_VARIANTS},
     # The GPU preset: the paper's setting on the real benchmark files (see
     # srpo_agents.benchmark_sets). Training data: the MATH train stand-in; for search,
     # HotpotQA train questions over a Wikipedia retrieval server (Search-R1's protocol)
@@ -466,15 +477,18 @@ def warm_start_plan(preset: dict, out: Path, base: dict | None = None
 
 def run_preset(name: str, out: Path, log=print, workers: int = 1,
                envs: tuple[str, ...] = (), report_only: bool = False,
-               labels: tuple[str, ...] = ()) -> list[dict]:
+               labels: tuple[str, ...] = (), seeds: tuple[int, ...] = ()) -> list[dict]:
     """Run a preset (finished runs are read back) and write its table and plots.
-    ``envs``, ``labels``: only the pairs of these env ids and workflow labels.
+    ``envs``, ``labels``: only the pairs of these env ids and workflow labels; ``seeds``:
+    only these of its seeds (a preset too long for one sitting, run seed by seed).
     ``report_only``: run nothing; write them over the runs already finished."""
     preset = dict(PRESETS[name])
     if envs:
         preset["pairs"] = [p for p in preset["pairs"] if p[0] in envs]
     if labels:
         preset["pairs"] = [p for p in preset["pairs"] if p[1] in labels]
+    if seeds:
+        preset["seeds"] = [s for s in preset["seeds"] if s in seeds]
     out.mkdir(parents=True, exist_ok=True)
     base = dict(preset["base"])
     started = time.monotonic()
@@ -524,7 +538,7 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
             befores = dict(zip(keys, _map(pool, before_job, before_jobs), strict=True))
         references = set(preset.get("references", {}).values())
         order = {a: i for i, a in enumerate(preset["algos"])}
-        runs = []  # (priority, job): srpo and its twins, the baselines, the references
+        runs = []  # (priority, job): srpo, the baselines, srpo's twins, the references
         for key in keys:
             if key not in befores:
                 continue
@@ -536,8 +550,9 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
                                          benchmarks.get(env, ""), tasks, label, majority,
                                          report_only)))
             if (env, label) in {tuple(p) for p in preset.get("team_pairs", [])}:
-                runs += [((0, twin), (config_for(*key, REFERENCE, twin), befores[key], "", 0,
-                                      label, 0, report_only))
+                runs += [((len(order), twin),
+                          (config_for(*key, REFERENCE, twin), befores[key], "", 0, label, 0,
+                           report_only))
                          for twin in preset.get("twins", [])]
         jobs = [job for _, job in sorted(runs, key=lambda item: item[0])]
         if not report_only:
@@ -557,6 +572,8 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
         command += " --envs " + " ".join(envs)
     if labels:
         command += " --labels " + " ".join(labels)
+    if seeds:
+        command += " --seeds " + " ".join(map(str, seeds))
     if not rows:
         log("harness: no finished runs to report")
         return rows
@@ -892,6 +909,8 @@ def main() -> None:
                         help="run only the preset's pairs of these env ids")
     parser.add_argument("--labels", nargs="*", default=[],
                         help="run only the preset's pairs with these workflow labels")
+    parser.add_argument("--seeds", nargs="*", type=int, default=[],
+                        help="run only these of the preset's seeds")
     parser.add_argument("--report", action="store_true",
                         help="run nothing: write the table and plots over the finished runs")
     args = parser.parse_args()
@@ -905,9 +924,13 @@ def main() -> None:
     if set(args.labels) - labels:
         sys.exit(f"--labels={args.labels}: expected workflow labels of the {args.preset} "
                  f"preset, {sorted(labels)}")
+    if set(args.seeds) - set(PRESETS[args.preset]["seeds"]):
+        sys.exit(f"--seeds={args.seeds}: expected seeds of the {args.preset} preset, "
+                 f"{PRESETS[args.preset]['seeds']}")
     out = Path(args.out or f"runs/harness-{args.preset}")
     rows = run_preset(args.preset, out, workers=args.workers, envs=tuple(args.envs),
-                      report_only=args.report, labels=tuple(args.labels))
+                      report_only=args.report, labels=tuple(args.labels),
+                      seeds=tuple(args.seeds))
     if rows:
         print((out / "table.md").read_text())
 

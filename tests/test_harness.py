@@ -161,3 +161,22 @@ def test_the_search_presets_reuse_the_track_s_warm_start(tmp_path, monkeypatch):
             warmstart_dir=str(folder))
         assert warm_args(job) == warm_args(script), workflow
     assert seen == []
+
+
+def test_a_seeds_filter_runs_only_those_seeds(tmp_path, monkeypatch):
+    monkeypatch.setenv("SRPO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setitem(PRESETS, "smoke", {**PRESETS["smoke"], "algos": ["srpo"],
+                                           "seeds": [0, 1]})
+    rows = run_preset("smoke", tmp_path, log=lambda *_: None, seeds=(1,))
+    assert rows and {row["seed"] for row in rows} == {1}
+    assert "--seeds 1" in (tmp_path / "table.md").read_text()
+
+
+def test_the_cli_refuses_a_seed_the_preset_lacks():
+    import subprocess
+
+    harness = Path(__file__).resolve().parents[1] / "benchmarks" / "harness.py"
+    done = subprocess.run([sys.executable, str(harness), "--preset", "smoke", "--seeds", "7"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "--seeds=[7]: expected seeds of the smoke preset, [0]" in done.stderr
