@@ -5,7 +5,7 @@ error. Sized for 2 CPU cores and at most 15 minutes.
 
     python -m srpo_agents.demo [--out runs/demo] [--seed 0] [--steps N]
 
-Why these settings (measured in ``benchmarks/results/demo_sweep.md``, see the README):
+Why these settings (measured in ``benchmarks/results/demo_sweep.md``, see docs/training.md):
 - the warm start imitates a scripted team for a fixed number of steps (400, with a
   20-step lr warm-up and a cosine decay to a tenth), so it does not depend on the
   machine's speed (its time cap only guards against a hang). Its solvers imitate only

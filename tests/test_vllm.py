@@ -28,7 +28,7 @@ from srpo_agents.warmstart import sft_step  # noqa: E402
 
 # float32 on the CPU: vLLM's attention and matmul kernels differ from the transformers
 # forward pass in summation order only. Measured on the tiny policy: max |difference|
-# about 1e-6 (see the README's vLLM section); bf16 on a GPU differs by ~1e-2.
+# about 1e-6 (see docs/scale-out.md, vLLM); bf16 on a GPU differs by ~1e-2.
 LOGPROB_TOLERANCE = 1e-4
 PROMPTS = ["1+2=", "4+4=", "8+8=", "7+6="]  # two answers of one digit, two of two
 
