@@ -139,12 +139,19 @@ def _encode(policy: Policy, examples: list[tuple[str, str, str]]) -> list[tuple[
     return encoded
 
 
-def sft_loss(policy: Policy, batch: list[tuple[list[int], int]]) -> torch.Tensor:
-    """Token-mean cross-entropy on response tokens (prompt and padding masked)."""
+def _padded(policy: Policy, batch: list[tuple[list[int], int]]
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input ids, attention mask) of encoded rows, right-padded to the longest."""
     width = max(len(ids) for ids, _ in batch)
     pad = policy.pad_token_id
     input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
     attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
+    return input_ids, attention
+
+
+def sft_loss(policy: Policy, batch: list[tuple[list[int], int]]) -> torch.Tensor:
+    """Token-mean cross-entropy on response tokens (prompt and padding masked)."""
+    input_ids, attention = _padded(policy, batch)
     labels = input_ids.clone()
     for row, (ids, prompt_len) in enumerate(batch):
         labels[row, :prompt_len] = -100
@@ -167,10 +174,7 @@ def exact_response_rate(policy: Policy, batch: list[tuple[list[int], int]],
     exact = 0
     for start in range(0, len(batch), micro_rows):
         micro = batch[start:start + micro_rows]
-        width = max(len(ids) for ids, _ in micro)
-        pad = policy.pad_token_id
-        input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in micro])
-        attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in micro])
+        input_ids, attention = _padded(policy, micro)
         predicted = policy.model(input_ids=input_ids, attention_mask=attention).logits.argmax(-1)
         for row, (ids, prompt_len) in enumerate(micro):
             target = torch.tensor(ids[prompt_len:])
