@@ -54,7 +54,7 @@ from typing import Any
 
 from compare_report import compare_lines, write_compare_plots
 from machine import describe
-from search_track import track_settings
+from search_track import WARM_ROOT, track_settings
 
 from srpo_agents.benchmark_sets import default_data_dir
 from srpo_agents.checkpoint import write_json_atomic
@@ -89,7 +89,7 @@ SEARCH = "SRPO-Search-v0"
 # The search track's warm starts are committed (about 4 MB each): built once by
 # benchmarks/search_track.py, they are read by every later run, session and CI clone
 # (the path is relative to the repository root, where the harness runs).
-SEARCH_WARM_ROOT = "benchmarks/warmstarts"
+SEARCH_WARM_ROOT = WARM_ROOT
 # The demo's RL settings on the search track: 16 questions x G=8 per step, one epoch in
 # mini-batches of 64 units, lr 3e-5, clip-higher; 500 held-out questions x k=4.
 SEARCH_RL = {**{k: DEMO[k] for k in ("group_size", "tasks_per_step", "lr", "epochs",

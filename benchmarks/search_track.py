@@ -56,6 +56,16 @@ READERS = {"search_answer_verify": ("answerer", "verifier"), "parallel": ("aggre
            "routed": ("aggregator",)}
 """The roles of each workflow's focus phase: those who copy the answer out of a passage."""
 
+INIT_FROM = {"routed": "search_answer_verify", "parallel": "search_answer_verify"}
+"""Workflows whose warm start begins from another's finished one in the committed folder
+(``warmstart_init``): the routed team's aggregator reads two searchers' passages, and
+from a fresh model its copy had not appeared after 700 focus steps (search_track.md);
+search_answer_verify's policy already copies the name into a query and the answer out
+of a passage."""
+
+WARM_ROOT = "benchmarks/warmstarts"
+"""The committed warm starts, relative to the repository root (where scripts run)."""
+
 RECIPE = {"warmstart_first_steps": 1500, "warmstart_first_target": 0.3,
           "warmstart_steps": 400, "warmstart_focus_steps": 1000, "warmstart_focus_target": 0.3,
           "warmstart_minutes": 60.0, "top_k": 1}
@@ -95,6 +105,8 @@ def track_settings(workflow: str, warmstart_steps: int = RECIPE["warmstart_steps
             "warmstart_focus_roles": READERS[workflow] if focus_steps else (),
             "warmstart_focus_steps": focus_steps,
             "warmstart_focus_target": focus_target if focus_steps else 1.0,
+            "warmstart_init": (str(warm_folder(WARM_ROOT, INIT_FROM[workflow]) / "warmstart")
+                               if workflow in INIT_FROM else ""),
             "extra_env_kwargs": {"hops": [1], "top_k": top_k}}
 
 
@@ -163,7 +175,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=500)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="benchmarks/warmstarts",
+    parser.add_argument("--out", default=WARM_ROOT,
                         help="folder of the warm starts (default: the committed ones)")
     args = parser.parse_args()
     results = {}

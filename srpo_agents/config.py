@@ -151,6 +151,11 @@ class TrainConfig:
     warmstart_focus_target: float = 1.0
     """Tiny model only: stop the focus phase once the validation accuracy, checked every
     100 of its steps, reaches this (1: no checks; the phase runs all its steps)."""
+    warmstart_init: str = ""
+    """Tiny model only: a finished warm start's folder to begin this one from instead of
+    a fresh model (the search track's routed team starts from the search_answer_verify
+    team's, which already copies names and answers); the hash of its weights joins the
+    cache key. "": a fresh model."""
     warmstart_dir: str = ""
     """Tiny model only: folder that caches the warm start (default: the run directory),
     so that runs of several algorithms can share one."""
@@ -270,6 +275,13 @@ class TrainConfig:
                                                          or self.tiny_vocab > 260):
             raise ValueError(f"tiny_vocab={self.tiny_vocab!r}: expected 0 (one token per "
                              f"byte) or an int > 260 (the byte and special tokens)")
+        if not isinstance(self.warmstart_init, str):
+            raise ValueError(f"warmstart_init={self.warmstart_init!r}: expected a folder path "
+                             f"as a string ('' for a fresh model)")
+        if self.warmstart_init and (self.model != "tiny" or self.tiny_vocab):
+            raise ValueError(f"warmstart_init={self.warmstart_init!r} with model="
+                             f"{self.model!r}, tiny_vocab={self.tiny_vocab!r}: expected "
+                             f"model='tiny' and tiny_vocab=0 (the init's tokenizer is kept)")
         for name in ("steps", "eval_every", "save_every", "minibatch_units", "warmstart_steps",
                      "warmstart_first_steps", "warmstart_focus_steps", "curve_tasks",
                      "rollout_workers", "rollout_seed"):

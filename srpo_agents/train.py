@@ -73,6 +73,7 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
                       episodes=config.warmstart_episodes,
                       eval_tasks=config.warmstart_eval_tasks,
                       batch_size=config.warmstart_batch_size, vocab_size=config.tiny_vocab,
+                      init=config.warmstart_init or None,
                       seed=config.seed, max_new_tokens=config.max_new_tokens,
                       env_name=config.env, log=log)
     return place(policy, device, config.dtype), meta

@@ -256,7 +256,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                first_roles: tuple[str, ...] = (), first_steps: int = 0,
                first_target: float = 1.0, focus_roles: tuple[str, ...] = (), focus_steps: int = 0,
                focus_target: float = 1.0, env_name: str, key: dict | None = None, vocab_size: int = 0,
-               save_every: int = SAVE_EVERY, log=print) -> tuple[Policy, dict]:
+               init: str | Path | None = None, save_every: int = SAVE_EVERY, log=print
+               ) -> tuple[Policy, dict]:
     """Build (or load from ``run_dir/warmstart``) the warm-started tiny policy.
 
     It stops after ``steps`` optimizer steps (0: no limit), after ``minutes``, or once
@@ -285,6 +286,10 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     ``make_eval_env`` must make envs of a validation split (module docstring); ``key``:
     what else shapes the result (``srpo_agents.train.warm_start_key``), part of the cache
     key. ``vocab_size``: the tokenizer's (``tiny.build_tiny_policy``; 0, bytes only).
+    ``init``: a finished warm start's folder (``run_dir/warmstart`` of another build, of
+    this shape) to begin from instead of a fresh model; its tokenizer is kept (so
+    ``vocab_size`` is not used) and the hash of its weights joins the cache key (the
+    search track's routed team starts from the one that already copies, ``init_model``).
 
     Every ``save_every`` steps the build writes a checkpoint (``run_dir/warmstart-build``);
     a build that was killed resumes from it with the same weights, optimizer and random
@@ -304,6 +309,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                 # a byte tokenizer (0) leaves the key as it was before merges existed
                 "model": {**TINY_SHAPE, **({"vocab_size": vocab_size} if vocab_size else {})},
                 "run": key or {}, "version": 3}
+    if init:  # absent when unused: the keys of existing caches stay valid
+        settings["model"] = {**TINY_SHAPE, "init": init_model(init)}
     if first_target < 1:  # absent when unused: the keys of existing caches stay valid
         settings.update(first_target=first_target, first_check_every=FIRST_CHECK_EVERY,
                         check_examples=CHECK_EXAMPLES)
@@ -327,8 +334,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     examples = reference_examples(make_train_env, episodes=episodes, seed=seed, skill=skill,
                                   env_name=env_name)
     texts = [p for _, p, _ in examples] + [t for _, _, t in examples]
-    policy = build_tiny_policy(texts, Path(run_dir) / "tiny-init", seed=seed,
-                               vocab_size=vocab_size, **TINY_SHAPE)
+    policy = load_policy(str(init)) if init else build_tiny_policy(
+        texts, Path(run_dir) / "tiny-init", seed=seed, vocab_size=vocab_size, **TINY_SHAPE)
     encoded = _encode(policy, examples)
     first_pool = _role_pool(encoded, examples, first_roles if first_steps else (),
                             "first_roles")
@@ -440,6 +447,27 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     write_json_atomic(meta_path, meta)
     shutil.rmtree(build, ignore_errors=True)
     return load_policy(str(out)), meta
+
+
+def init_model(folder: str | Path) -> dict[str, str]:
+    """The cache-key entry of a warm start that begins from ``folder`` (a finished warm
+    start): the hash of its weights (not its path, so a clone elsewhere hits the same
+    cache). A folder that is not a saved tiny model
+    of ``TINY_SHAPE`` is refused with what was expected."""
+    folder = Path(folder)
+    weights, config_path = folder / "model.safetensors", folder / "config.json"
+    if not (weights.is_file() and config_path.is_file()):
+        raise ValueError(f"warmstart init={str(folder)!r}: expected a finished warm start's "
+                         f"folder (config.json and model.safetensors), found neither or one")
+    config = json.loads(config_path.read_text())
+    shape = {"hidden_size": config.get("hidden_size"),
+             "num_layers": config.get("num_hidden_layers"),
+             "num_heads": config.get("num_attention_heads"),
+             "max_positions": config.get("max_position_embeddings")}
+    if shape != TINY_SHAPE:
+        raise ValueError(f"warmstart init={str(folder)!r}: a model of shape {shape}, "
+                         f"expected the tiny shape {TINY_SHAPE}")
+    return {"weights": file_digest(weights)}
 
 
 def _check_pool(policy: Policy, make_eval_env: Callable[[int], Any], roles: tuple[str, ...],
