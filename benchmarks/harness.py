@@ -145,9 +145,16 @@ PRESETS: dict[str, dict[str, Any]] = {
                              n_agents=3, warmstart_steps=400, warmstart_decay=True,
                              warmstart_minutes=60.0, warmstart_target=1.0,
                              warmstart_skill=0.5),
-                "overrides": {"SRPO-Search-v0": dict(
-                    n_agents=2, max_turns=2, steps=20, eval_tasks=200, max_new_tokens=48,
-                    extra_env_kwargs={"hops": [1]})},
+                # Search (issue 26): from the search track's committed routed warm start
+                # (one-hop questions, 2 rounds), 60 steps on 1- to 3-hop questions with 3
+                # rounds (run_settings), so the router can condition on hop count; the
+                # route events carry it (the table's "by level" is hops here).
+                "warm_root": {SEARCH: SEARCH_WARM_ROOT},
+                "overrides": {SEARCH: {**track_settings("routed"), "steps": 60,
+                                       "warmstart_skill": 0.75}},
+                "run_settings": {SEARCH: {"max_turns": 3, "extra_env_kwargs": {
+                    "hops": [1, 2, 3], "top_k": track_settings("routed")["extra_env_kwargs"][
+                        "top_k"]}}},
                 "variants": {
                     ("SRPO-Math-v0", "routed+cost"): dict(workflow="routed", warm_pair="routed",
                                                           cost_per_token=0.002),
@@ -217,6 +224,14 @@ PRESETS: dict[str, dict[str, Any]] = {
                        **track_settings("search_answer_verify"),
                        "workflow": "search_answer_verify",
                        "warm_pair": "search_answer_verify", "lr": 1e-4}}},
+    # Must-hold 2 of issue 26 on parallel (two searchers, then the aggregator): the
+    # search_sav preset's settings (100 steps at the demo's lr, a validation curve every
+    # 10 steps) from the routed team's committed warm start. Declared before the run.
+    "search_parallel": {"pairs": [(SEARCH, "parallel")], "algos": ["srpo"], "seeds": [0],
+                        "warm_root": SEARCH_WARM_ROOT,
+                        "base": {**SEARCH_RL, "model": "tiny", "steps": 100, "eval_every": 10,
+                                 "curve_tasks": 200},
+                        "variants": SEARCH_VARIANTS},
     # Must-hold 4 of issue 26: SRPO against GRPO and Dr. MAS on the search pair that
     # learns, with the search_sav preset's settings (its srpo seed-0 run is this preset's
     # when both write to the same --out), three seeds and one twin of srpo per seed (the
@@ -418,16 +433,19 @@ def _pair_name(env: str, workflow: str) -> str:
     return f"{env}-{workflow}"
 
 
-def pair_settings(preset: dict, env: str, label: str, base: dict | None = None
-                  ) -> tuple[str, dict[str, Any], str]:
+def pair_settings(preset: dict, env: str, label: str, base: dict | None = None,
+                  run: bool = False) -> tuple[str, dict[str, Any], str]:
     """(workflow, settings, warm-start pair label) of one pair of a preset; ``base``
-    replaces the preset's base settings (a run's resolved model)."""
+    replaces the preset's base settings (a run's resolved model). ``run``: the settings
+    of its runs and start evaluations, with the preset's ``run_settings`` for the env
+    on top (what the runs change from their warm start, such as the search routing's
+    1- to 3-hop questions from the one-hop track's warm start)."""
     variant = dict(preset.get("variants", {}).get((env, label), {}))
     workflow = variant.pop("workflow", label)
     warm = variant.pop("warm_pair", label)
     variant.pop("algos", None)
     settings = {**(base or preset["base"]), **preset.get("overrides", {}).get(env, {}),
-                **variant}
+                **variant, **(preset.get("run_settings", {}).get(env, {}) if run else {})}
     return workflow, settings, warm
 
 
@@ -450,6 +468,14 @@ def same_as_rows(preset: dict, rows: list[dict]) -> list[dict]:
     return copies
 
 
+def warm_root(preset: dict, env: str, out: Path) -> Path:
+    """The folder of ``env``'s warm starts in a preset (``warm_start_plan``)."""
+    root = preset.get("warm_root")
+    if isinstance(root, dict):
+        root = root.get(env)
+    return Path(root or out / "warmstart")
+
+
 def warm_start_plan(preset: dict, out: Path, base: dict | None = None
                     ) -> tuple[dict[tuple[str, str], str], list[tuple[str, str]], list[tuple]]:
     """(each pair's warm-start model folder, the warm pairs built, their build jobs).
@@ -457,14 +483,14 @@ def warm_start_plan(preset: dict, out: Path, base: dict | None = None
     One warm start per pair, shared by its seeds and algorithms; a pair with a
     ``warm_pair`` starts from that pair's (built here even when the preset runs no pair
     of that name). ``warm_root``: a folder of warm starts shared with other presets and
-    scripts (``benchmarks/search_track.py`` builds the search track's there)."""
-    warm_root = Path(preset.get("warm_root") or out / "warmstart")
+    scripts (``benchmarks/search_track.py`` builds the search track's there), or a
+    mapping of env ids to such folders (other envs' warm starts are built in ``out``)."""
     starts: dict[tuple[str, str], str] = {}
     own: list[tuple[str, str]] = []
     jobs: list[tuple] = []
     for env, label in preset["pairs"]:
         warm = pair_settings(preset, env, label, base)[2]
-        folder = warm_root / _pair_name(env, warm)
+        folder = warm_root(preset, env, out) / _pair_name(env, warm)
         starts[(env, label)] = str(folder / "warmstart")
         if (env, warm) in own:
             continue
@@ -500,7 +526,7 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
             build_tiny_policy(["x"], model_dir, hidden_size=64, num_layers=2, num_heads=2)
         base.update(model=str(model_dir), compact_prompts=True)
     def settings_for(env: str, label: str) -> tuple[str, dict[str, Any], str]:
-        return pair_settings(preset, env, label, base)
+        return pair_settings(preset, env, label, base, run=True)
 
     pool = _pool(workers)
     try:
@@ -761,8 +787,8 @@ def _routing_lines(rows: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
              "mean over steps of the active-set size (the paper's router settled at "
              "1.638):", "",
              "| env | pair | algo | checkpoint | K chosen (count) | mean K | mean set size | "
-             "unreadable routes | by level: K (count) | avg accuracy / tokens per episode "
-             "by K |", "|---|---|---|---|---|---:|---:|---:|---|---|"]
+             "unreadable routes | by level (search: hops): K (count), accuracy | avg "
+             "accuracy / tokens per episode by K |", "|---|---|---|---|---|---:|---:|---:|---|---|"]
     for (env, label), sel in routed:
         for algo in sorted({r["algo"] for r in sel}):
             for checkpoint in ("before", "after"):
@@ -771,6 +797,7 @@ def _routing_lines(rows: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
                     continue
                 counts: dict[str, int] = {}
                 levels: dict[str, dict[str, int]] = {}
+                level_hits: dict[str, list[float]] = {}  # level: [episodes, correct]
                 by_k: dict[str, list[tuple[int, float, float]]] = {}
                 for r in group:
                     routing = r["routing"]
@@ -779,13 +806,21 @@ def _routing_lines(rows: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
                     for level, ks in routing.get("by_level", {}).items():
                         for k, n in ks.items():
                             levels.setdefault(level, {})[k] = levels.setdefault(level, {}).get(k, 0) + n
+                    for level, v in routing.get("level_accuracy", {}).items():
+                        hits = level_hits.setdefault(level, [0, 0.0])
+                        hits[0] += v["episodes"]
+                        hits[1] += v["episodes"] * v["accuracy"]
                     for k, v in routing["by_route_k"].items():
                         by_k.setdefault(k, []).append((v["episodes"], v["accuracy"],
                                                        v["tokens_per_task"]))
                 total = sum(counts.values())
                 mean_k = sum(int(k) * n for k, n in counts.items()) / total
+                level_name = "{}-hop" if env == SEARCH else "level {}"  # hop count
                 level_cell = "; ".join(
-                    f"level {lv}: " + ", ".join(f"K={k} ({n})" for k, n in sorted(ks.items()))
+                    f"{level_name.format(lv)}: "
+                    + ", ".join(f"K={k} ({n})" for k, n in sorted(ks.items()))
+                    + (f", accuracy {level_hits[lv][1] / level_hits[lv][0]:.3f}"
+                       if level_hits.get(lv, [0])[0] else "")
                     for lv, ks in sorted(levels.items())) or "-"
                 by_k_cell = "; ".join(
                     f"K={k}: {sum(e * a for e, a, _ in v) / sum(e for e, _, _ in v):.3f} / "

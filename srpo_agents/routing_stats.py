@@ -34,13 +34,18 @@ def routing_summary(rollouts, correct_of) -> dict[str, Any]:
     was taken); ``route_verify_fraction``: episodes whose route asked for a verifier (math);
     ``by_route_k``: per chosen K (of the episode's first route), its episodes, accuracy
     and generated tokens per episode; ``by_level``: where route events carry the task's
-    ``level``, the count of each chosen K per level. ``correct_of(rollout) -> bool``."""
+    ``level``, the count of each chosen K per level, and ``level_accuracy``: per level
+    (the episode's first route's), its episodes and accuracy. ``correct_of(rollout) ->
+    bool``."""
     counts: Counter[int] = Counter()
     by_level: dict[str, Counter] = defaultdict(Counter)
     failures = verify = 0
     by_k: dict[int, list] = defaultdict(list)
+    level_correct: dict[str, list[bool]] = defaultdict(list)
     for rollout in rollouts:
         events = _route_events(rollout)
+        if events and "level" in events[0].info:
+            level_correct[str(events[0].info["level"])].append(bool(correct_of(rollout)))
         for event in events:
             counts[int(event.info["route_k"])] += 1
             failures += not event.info.get("route_parsed", True)
@@ -64,6 +69,9 @@ def routing_summary(rollouts, correct_of) -> dict[str, Any]:
                        for k, group in sorted(by_k.items())},
         **({"by_level": {level: dict(sorted(c.items())) for level, c in sorted(by_level.items())}}
            if by_level else {}),
+        **({"level_accuracy": {level: {"episodes": len(v), "accuracy": float(np.mean(v))}
+                               for level, v in sorted(level_correct.items())}}
+           if level_correct else {}),
     }
 
 

@@ -115,12 +115,18 @@ def test_routed_pairs_with_fixed_k_references_share_a_start_and_report_routes(tm
     after = next(r for r in routed if r["checkpoint"] == "after")
     assert sum(after["routing"]["route_k_counts"].values()) == 4 * 2
     assert set(after["routing"]["by_level"]) <= {"0", "1"}
+    assert set(after["routing"]["level_accuracy"]) == set(after["routing"]["by_level"])
+    assert sum(v["episodes"] for v in after["routing"]["level_accuracy"].values()) == 4 * 2
     table = (tmp_path / "table.md").read_text()
     assert "Routing on the held-out tasks" in table and "| SRPO-Math-v0 | routed | srpo |" in table
     assert (tmp_path / "routing_set_size.png").stat().st_size > 1000
 
 
-def test_the_search_presets_reuse_the_track_s_warm_start(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("name", "warm_pairs"), [
+    ("search_pilot", ["search_answer_verify", "routed"]), ("search_sav", ["search_answer_verify"]),
+    ("search_parallel", ["routed"]), ("routing", ["routed"])])
+def test_the_search_presets_reuse_the_track_s_warm_start(name, warm_pairs, tmp_path,
+                                                         monkeypatch):
     """``benchmarks/search_track.py`` builds the search track's warm starts once (about
     55 minutes each); the search presets must find them cached, so their warm-start
     settings and key must be the very ones the script builds with."""
@@ -142,12 +148,13 @@ def test_the_search_presets_reuse_the_track_s_warm_start(tmp_path, monkeypatch):
             train.prepare_policy(config, Path(config.out), print)
         return seen.pop()
 
-    preset = PRESETS["search_pilot"]
+    preset = {**PRESETS[name], "pairs": [p for p in PRESETS[name]["pairs"]
+                                         if p[0] == "SRPO-Search-v0"]}
     starts, own, jobs = warm_start_plan(preset, tmp_path)
-    assert own == [("SRPO-Search-v0", "search_answer_verify"), ("SRPO-Search-v0", "routed")]
-    root = Path(preset["warm_root"])
-    assert starts[("SRPO-Search-v0", "parallel")] == str(
-        root / "SRPO-Search-v0-routed" / "warmstart")
+    assert own == [("SRPO-Search-v0", w) for w in warm_pairs]
+    root = Path(search_track.WARM_ROOT)
+    for pair, start in starts.items():
+        assert Path(start).parent.parent == root, pair
     for (_, workflow), (job,) in zip(own, jobs, strict=True):
         folder = search_track.warm_folder(root, workflow)
         script = search_track.track_config(
@@ -180,3 +187,16 @@ def test_the_cli_refuses_a_seed_the_preset_lacks():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "--seeds=[7]: expected seeds of the smoke preset, [0]" in done.stderr
+
+
+def test_run_settings_change_the_runs_but_not_their_warm_start(tmp_path):
+    """The search routing runs train and are scored on 1- to 3-hop questions with three
+    rounds, from the one-hop track's warm start, which must stay the cached one."""
+    preset = PRESETS["routing"]
+    for label in ("routed", "routed+cost", "K=1", "K=2"):
+        _, run, _ = pair_settings(preset, "SRPO-Search-v0", label, run=True)
+        assert run["extra_env_kwargs"]["hops"] == [1, 2, 3] and run["max_turns"] == 3
+    _, own, jobs = warm_start_plan({**preset, "pairs": [("SRPO-Search-v0", "K=2")]}, tmp_path)
+    (job,) = jobs[0]
+    assert own == [("SRPO-Search-v0", "routed")]
+    assert job.extra_env_kwargs["hops"] == [1] and job.max_turns == 2

@@ -9,6 +9,7 @@ import random
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from srpo_agents.config import TrainConfig
 from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_agents.rollout import RolloutEngine
-from srpo_agents.routing_stats import episode_route
+from srpo_agents.routing_stats import episode_route, routing_summary
 from srpo_agents.tiny import build_tiny_policy
 from srpo_agents.train import train, train_step
 from srpo_agents.warmstart import sft_loss
@@ -129,6 +130,22 @@ def test_search_router_chooses_the_searchers_of_each_round(tmp_path):
     assert [t.info.get("route_k") for t in env.transitions] == [3, 3, None, 1, 1, None]
     last = env.transitions[-1]
     assert last.reward == 1.0 and last.info["team_tool_calls"] == 4
+
+
+@pytest.mark.parametrize("hops", [1, 2, 3])
+def test_search_route_events_carry_the_hop_count(hops, tmp_path):
+    """The routing table reads chosen K by hop count from the route events' level."""
+    env = search_v0.parallel_env(workflow="routed", n_searchers=2, seed=0, world="compact",
+                                 hops=[hops], top_k=1, max_turns=1, cache_dir=tmp_path)
+    env.reset(options={"task_index": 0})
+    assert len(env.current_task.supporting_ids) == hops
+    env.step({"router_0": "ROUTE: 2"})
+    assert env.transitions[0].info["level"] == hops
+    rollouts = [SimpleNamespace(transitions=env.transitions, generated_tokens=0, right=right)
+                for right in (True, False)]
+    summary = routing_summary(rollouts, lambda rollout: rollout.right)
+    assert summary["by_level"] == {str(hops): {"2": 2}}
+    assert summary["level_accuracy"] == {str(hops): {"episodes": 2, "accuracy": 0.5}}
 
 
 # -- the cost ---------------------------------------------------------------------------

@@ -23,8 +23,9 @@ text counts) and the env shows results inside ``<information>...</information>``
   (grammar, and ``default_route`` for a reply that cannot be read:
   ``srpo_envs.routing``). Searchers 0..K-1 then search in one event (K members) and the
   aggregator answers or asks for another round, as in ``parallel``. Route events' info
-  has ``route_k``, ``route_parsed`` and ``route_failures``; the search event's has
-  ``route_k``.
+  has ``route_k``, ``route_parsed`` and ``route_failures``, and on generated
+  questions ``level``: the question's hop count (so routing can be read by hops); the
+  search event's has ``route_k``.
 
 ## Observation
 Per agent a string: its prompt when due (role instructions, the question, the history
@@ -521,6 +522,8 @@ class SearchEnv(EventEnv):
         info = {"tool_calls": 0, "retrieved_chars": 0, "turn": self._turn,
                 "route_k": route.k, "route_parsed": parsed,
                 "route_failures": self._route_failures}
+        if "hops" in self._task.meta:  # generated questions: routing read by hop count
+            info["level"] = self._task.meta["hops"]
         searchers = [f"searcher_{i}" for i in range(route.k)]
         return EventOutcome("route", info=info, next_prompts=self._prompts_for(searchers))
 
