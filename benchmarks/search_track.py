@@ -43,7 +43,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from machine import describe, write_results
+from machine import RESULTS, describe, write_results
 
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
@@ -198,8 +198,21 @@ def main() -> None:
                f"--top-k {args.top_k} "
                f"--minutes {args.minutes:g} --tasks {args.tasks} "
                f"--k {args.k} --seed {args.seed} --out {args.out}")
-    lines = ["# The tiny policy's search track", "", f"Command: `{command}`", "",
-             f"Machine: {describe()}.", "",
+    for r in results.values():
+        r.update(command=command, machine=describe())
+    write_results("search_track_run", track_lines(args, {**stored_results(), **results}),
+                  {**stored_results(), **results})
+
+
+def stored_results() -> dict:
+    """The committed measurements of every workflow (a run of one workflow keeps the
+    others' rows, each with its own command and machine)."""
+    path = RESULTS / "search_track_run.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def track_lines(args: argparse.Namespace, results: dict) -> list[str]:
+    lines = ["# The tiny policy's search track", "",
              "SRPO-Search-v0, compact world, one-hop test-split questions, 2 searchers "
              f"(parallel, routed), 2 rounds, top {args.top_k} passages per query. Warm start "
              f"(batch 64, lr 3e-3) on the env's oracle trajectories: the searchers' examples "
@@ -207,7 +220,9 @@ def main() -> None:
              f"{args.first_target:g} of validation prompts (at most {args.first_steps} steps), "
              f"then {args.steps} steps of every role's (warm-up and cosine decay), then up "
              f"to {args.focus_steps} on the readers' (a fresh warm-up and cosine; every 4th "
-             f"batch of every role's) until validation avg@2 reaches {args.focus_target:g}.",
+             f"batch of every role's) until validation avg@2 reaches {args.focus_target:g}. "
+             + "".join(f"{w}'s build begins from {INIT_FROM[w]}'s finished warm start "
+                       f"(its steps are counted apart). " for w in results if w in INIT_FROM),
              "",
              "| workflow | warm start | well-formed turns | by role | first-round queries "
              "with gold in top k | questions with gold in top k | avg@k | pass@k |",
@@ -221,9 +236,11 @@ def main() -> None:
             f"| {r['well_formed']:.3f} "
             f"| {roles} | {r['query_gold_in_top_k']:.3f} | {r['question_gold_in_top_k']:.3f} "
             f"| {r['avg_at_k']:.3f} ± {r['avg_at_k_stderr']:.3f} | {r['pass_at_k']:.3f} |")
-    lines += ["", f"Held-out: {next(iter(results.values()))['tasks']} questions x "
-              f"k={args.k}; ± is the standard error over questions."]
-    write_results("search_track_run", lines, results)
+    lines += ["", "Held-out: " + "; ".join(f"{w}: {r['tasks']} questions x k={r['k']}"
+                                           for w, r in results.items())
+              + "; ± is the standard error over questions.", ""]
+    lines += [f"- {w}: `{r['command']}` on {r['machine']}" for w, r in results.items()]
+    return lines
 
 
 if __name__ == "__main__":
