@@ -278,10 +278,10 @@ class TrainConfig:
         if not isinstance(self.warmstart_init, str):
             raise ValueError(f"warmstart_init={self.warmstart_init!r}: expected a folder path "
                              f"as a string ('' for a fresh model)")
-        if self.warmstart_init and (self.model != "tiny" or self.tiny_vocab):
-            raise ValueError(f"warmstart_init={self.warmstart_init!r} with model="
-                             f"{self.model!r}, tiny_vocab={self.tiny_vocab!r}: expected "
-                             f"model='tiny' and tiny_vocab=0 (the init's tokenizer is kept)")
+        if self.warmstart_init and self.tiny_vocab:  # like every warmstart_*, tiny only
+            raise ValueError(f"warmstart_init={self.warmstart_init!r} with tiny_vocab="
+                             f"{self.tiny_vocab!r}: expected tiny_vocab=0 (the init's "
+                             f"tokenizer is kept)")
         for name in ("steps", "eval_every", "save_every", "minibatch_units", "warmstart_steps",
                      "warmstart_first_steps", "warmstart_focus_steps", "curve_tasks",
                      "rollout_workers", "rollout_seed"):

@@ -96,8 +96,14 @@ def test_an_init_that_is_not_a_tiny_warm_start_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("changes", [{"warmstart_init": 3},
-                                     {"warmstart_init": "x", "model": "fresh-tiny"},
                                      {"warmstart_init": "x", "tiny_vocab": 400}])
 def test_init_settings_are_validated(changes):
     with pytest.raises(ValueError, match="warmstart_init="):
         TrainConfig(**CONFIG, **changes)
+
+
+def test_a_run_from_the_built_warm_start_keeps_the_init_setting():
+    """The harness's runs load the finished warm start as their model and keep the
+    pair's warm-start settings, which then do nothing (as every warmstart_* field)."""
+    config = TrainConfig(**CONFIG, model="some/warmstart", warmstart_init="x")
+    assert config.warmstart_init == "x"
