@@ -128,7 +128,7 @@ def measure(engine: RolloutEngine, config: TrainConfig, tasks: int, k: int) -> d
         for transition in rollout.transitions:
             for output in transition.consumed:
                 turns[output.role] += 1
-                good[output.role] += well_formed(output.role, output.text)
+                good[output.role] += well_formed(output.role, output.text, config.n_agents)
             retrieved = transition.info.get("retrieved_ids")
             if retrieved is not None and first_search:
                 first_search = False

@@ -31,3 +31,17 @@ def test_a_run_of_one_workflow_keeps_the_others_rows(tmp_path, monkeypatch):
     assert "- search_answer_verify: `build sav` on m" in lines
     assert "- routed: `build routed` on m" in lines
     assert any("routed's build begins from search_answer_verify's" in line for line in lines)
+
+
+def test_well_formed_reads_each_role_s_action():
+    from srpo_envs.envs.search_env import well_formed
+
+    assert well_formed("router", "ROUTE: 2", k_max=2)
+    assert not well_formed("router", "ROUTE: 3", k_max=2)
+    assert not well_formed("router", "<search>Kuhi</search>", k_max=2)
+    assert well_formed("searcher", "<search>Kuhi</search>")
+    assert not well_formed("searcher", "<search>Kuhi")
+    assert well_formed("answerer", "<answer>Kayo Co</answer>")
+    assert not well_formed("answerer", "<search>Kuhi</search>")
+    assert well_formed("verifier", "<verdict>accept</verdict>")
+    assert not well_formed("verifier", "accept")

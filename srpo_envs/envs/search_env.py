@@ -245,11 +245,14 @@ def parse_action(text: str | None) -> tuple[str, str] | None:
     return (match.group(1).lower(), match.group(2).strip()) if match else None
 
 
-def well_formed(role: str, text: str | None) -> bool:
+def well_formed(role: str, text: str | None, k_max: int = 32) -> bool:
     """Whether ``text`` is a well-formed action of ``role``: a verdict tag for the
-    verifier, an answer tag for the answerer, otherwise a complete search or answer tag
-    (what the env acts on; anything else is an invalid action, or for the verifier an
-    implicit accept)."""
+    verifier, an answer tag for the answerer, a readable ``ROUTE: K`` with K in
+    1..``k_max`` for the router, otherwise a complete search or answer tag (what the env
+    acts on; anything else is an invalid action, for the verifier an implicit accept,
+    for the router the default route)."""
+    if role == "router":
+        return parse_route(text, k_max, False, Route(1))[1]
     if role == "verifier":
         return bool(_VERDICT.search(text or ""))
     action = parse_action(text)
