@@ -200,8 +200,8 @@ def main() -> None:
                f"--k {args.k} --seed {args.seed} --out {args.out}")
     for r in results.values():
         r.update(command=command, machine=describe())
-    write_results("search_track_run", track_lines(args, {**stored_results(), **results}),
-                  {**stored_results(), **results})
+    everything = {**stored_results(), **results}
+    write_results("search_track_run", track_lines(args, everything), everything)
 
 
 def stored_results() -> dict:

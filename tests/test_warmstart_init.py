@@ -8,6 +8,7 @@ their tokenizer, and key its cache by them, so that a changed init rebuilds.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,17 +19,12 @@ from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
 from srpo_agents.train import warm_start_key
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_warmstart_phases import _weights, one_torch_thread  # noqa: E402, F401
+
 CONFIG = {"env": "SRPO-Math-v0", "workflow": "solve_verify"}
 BUILD = {"minutes": 5, "target": 1.0, "seed": 0, "max_new_tokens": 8, "steps": 2,
          "episodes": 12, "eval_tasks": 2, "batch_size": 8, "env_name": "SRPO-Math-v0"}
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _build(run_dir: Path, log=print, **changes):
@@ -36,12 +32,6 @@ def _build(run_dir: Path, log=print, **changes):
     return warmstart.warm_start(run_dir, env_factory(config, "train"),
                                 env_factory(config, "validation"),
                                 key=warm_start_key(config), log=log, **{**BUILD, **changes})
-
-
-def _weights(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(folder / "model.safetensors"))
 
 
 def test_a_build_begins_from_the_init_weights(tmp_path, monkeypatch):
