@@ -44,6 +44,7 @@ import argparse
 import json
 import math
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -239,6 +240,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     "search_compare": {"pairs": [(SEARCH, "search_answer_verify")],
                        "team_pairs": [(SEARCH, "search_answer_verify")],
                        "algos": ["srpo", "grpo", "dr_mas"], "seeds": [0, 1, 2], "twins": [1],
+                       # One unit per role per rollout under one team reward: each
+                       # (task, agent) group holds the task group's returns, so Dr. MAS's
+                       # advantages are GRPO's (seeds 0 and 1 were run both ways and gave
+                       # identical results; tests/test_compare.py proves it by weights).
+                       "same_as": {(SEARCH, "search_answer_verify"): {"dr_mas": "grpo"}},
                        "warm_root": SEARCH_WARM_ROOT,
                        "base": {**SEARCH_RL, "model": "tiny", "steps": 100, "eval_every": 10,
                                 "curve_tasks": 200},
@@ -326,6 +332,10 @@ def _same_config(path: Path, config: TrainConfig) -> bool:
     defaults = json.loads(json.dumps(TrainConfig(env=config.env, workflow=config.workflow,
                                                  out=config.out).to_dict()))
     current = json.loads(json.dumps(config.to_dict()))
+    # Where a result was written is not what it is: the same run under an absolute and a
+    # relative --out (or a results folder moved into benchmarks/results) is still it.
+    stored.pop("out", None)
+    current.pop("out", None)
     return {**{k: defaults[k] for k in current.keys() - stored.keys()}, **stored} == current
 
 
@@ -414,6 +424,32 @@ def run_job(config: TrainConfig, before: dict, benchmarks: str = "", tasks: int 
     if majority and (not report_only or _same_config(run_dir / "majority.json", config)):
         rows[-1]["majority"] = majority_result(config, run_dir, majority)
     return rows
+
+
+def _row_key(row: dict) -> tuple:
+    return (row["env"], row["workflow"], row["algo"], row["seed"],
+            row.get("rollout_seed", 0), row["checkpoint"])
+
+
+def kept_rows(path: Path, rows: list[dict], preset: dict) -> list[dict]:
+    """The rows of ``path`` (an earlier invocation's results.jsonl) of the preset's pairs
+    and seeds that ``rows`` (this invocation's) do not hold: a preset run seed by seed
+    over several sittings reports every seed, even once an earlier seed's run folders are
+    gone (runs/ does not outlive a session). A run finished again replaces its row."""
+    if not path.is_file():
+        return []
+    fresh = {_row_key(r) for r in rows}
+    pairs, seeds = {tuple(p) for p in preset["pairs"]}, set(preset["seeds"])
+    old = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in old if _row_key(r) not in fresh
+            and (r["env"], r["workflow"]) in pairs and r["seed"] in seeds]
+
+
+def write_json_lines(path: Path, rows: list[dict]) -> None:
+    """``rows`` as JSON lines, written whole or not at all."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.replace(tmp, path)
 
 
 def _pool(workers: int):
@@ -589,8 +625,9 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
     finally:
         if pool is not None:
             pool.shutdown()
-    with (out / "results.jsonl").open("w") as handle:
-        handle.writelines(json.dumps(r) + "\n" for r in rows)
+    kept = kept_rows(out / "results.jsonl", rows, PRESETS[name])
+    rows += kept
+    write_json_lines(out / "results.jsonl", rows)
     command = f"python benchmarks/harness.py --preset {name} --out {out}"
     if workers > 1:
         command += f" --workers {workers}"
@@ -605,10 +642,16 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
         return rows
     extra = compare_lines(rows, preset, REFERENCE, KAPPA_ABLATION) if preset.get(
         "team_pairs") else []
+    kept_runs = sorted({(r["env"], r["workflow"], r["algo"], r["seed"],
+                         r.get("rollout_seed", 0)) for r in kept if r["checkpoint"] == "after"})
+    note = ("Kept from an earlier invocation into this folder (results.jsonl; their run "
+            "folders are not here): " + ", ".join(
+                f"{w} {a} seed {s}" + (f" twin {t}" if t else "")
+                for _, w, a, s, t in kept_runs) + ".") if kept_runs else ""
     write_table([r for r in rows if not r.get("rollout_seed")], out / "table.md", command,
                 0.0 if report_only else time.monotonic() - started,
                 [c for c in preset.get("compare", []) if c[0] in {e for e, _ in preset["pairs"]}],
-                extra)
+                extra, note)
     write_plots([r for r in rows if not r.get("rollout_seed")], out)
     if preset.get("team_pairs"):
         write_compare_plots(rows, preset, out, REFERENCE)
@@ -665,9 +708,11 @@ def _diff_cell(d: dict[str, float]) -> str:
 
 
 def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0,
-                comparisons: list[tuple[str, str, str]] = (), extra: list[str] = ()) -> None:
+                comparisons: list[tuple[str, str, str]] = (), extra: list[str] = (),
+                note: str = "") -> None:
     """``comparisons``: (env, pair label, pair label) whose trained runs are compared;
-    ``extra``: lines appended (the comparison preset's verdicts)."""
+    ``extra``: lines appended (the comparison preset's verdicts); ``note``: a paragraph
+    under the command (rows it did not run)."""
     after = [r for r in rows if r["checkpoint"] == "after"]
     pairs = sorted({(r["env"], r["workflow"]) for r in after})
     algos = sorted({r["algo"] for r in after})
@@ -675,6 +720,7 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
     budgets = sorted({(r["env"], r["workflow"], r["steps"], r["tasks"]) for r in after})
     run_minutes = sum(r["wall_time_s"] for r in after if not r.get("same_as")) / 60
     lines = ["# Paired comparison", "", f"Command: `{command}`", "",
+             *([note, ""] if note else []),
              f"Machine: {describe()}. Wall time: "
              + (f"{seconds / 60:.0f} min for this invocation; " if seconds > 60 else "")
              + f"{run_minutes:.0f} min summed over the "

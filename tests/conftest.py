@@ -15,6 +15,19 @@ def shared_file(*parts: str) -> Path:
 
 
 @pytest.fixture
+def one_torch_thread():
+    """One torch thread for a test that compares weights bit for bit: with two, a
+    reduction (the embedding's backward, a matmul's split) may sum in another order from
+    run to run, so two runs of the same update differ in the last bits."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def no_loopback_proxy(monkeypatch):
     """urllib consults no_proxy on every request; the test servers are all on 127.0.0.1."""
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")

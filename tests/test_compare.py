@@ -17,7 +17,7 @@ from srpo_agents.train import held_out, train
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from compare_report import pooled_difference  # noqa: E402
-from harness import PRESETS, pair_algos, run_preset  # noqa: E402
+from harness import PRESETS, pair_algos, pair_settings, run_preset  # noqa: E402
 
 COMPARE = PRESETS["compare"]
 
@@ -29,15 +29,18 @@ def fresh_model(tmp_path_factory):
     return str(folder)
 
 
-def _two_steps(model: str, out: Path, env: str, workflow: str, algo: str) -> dict:
+def _two_steps(model: str, out: Path, env: str, workflow: str, algo: str,
+               **world) -> dict:
     # A token cost makes the team's reward vary with its lengths, so a fresh policy (never
     # right) still gets non-zero advantages; two epochs of several mini-batches make the
     # later updates off-policy, where the ratios and their clipping act.
+    # ``world``: the pair's own env settings (agents, rounds, hops) where they matter.
+    settings = {"max_new_tokens": 8, "n_agents": 3, **world}
     config = TrainConfig(env=env, workflow=workflow, algo=algo, model=model,
                          compact_prompts=True, steps=2, group_size=4, tasks_per_step=4,
-                         eval_tasks=2, eval_k=1, max_new_tokens=8, n_agents=3, epochs=2,
-                         minibatch_units=8, lr=1e-3, cost_per_token=0.01, save_every=0,
-                         out=str(out / f"{env}-{workflow}-{algo}"))
+                         eval_tasks=2, eval_k=1, epochs=2, minibatch_units=8, lr=1e-3,
+                         cost_per_token=0.01, save_every=0,
+                         out=str(out / f"{env}-{workflow}-{algo}"), **settings)
     summary = train(config, log=lambda *_: None)
     rows = [json.loads(line) for line in (Path(config.out) / "metrics.jsonl").open()]
     assert any(r["mixed_group_fraction"] > 0 for r in rows), "no advantage to act on"
@@ -49,22 +52,35 @@ def _identical(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("pair", sorted(COMPARE["same_as"]))
-def test_declared_equivalences_train_identical_weights(pair, fresh_model, tmp_path):
+# Every preset's declared equivalences, with the env settings of that preset's runs (the
+# search pair's rounds and hops: a searcher that could act a second time would put two
+# units of one rollout in its agent's group and break GRPO = Dr. MAS).
+DECLARED = [(name, pair) for name in ("compare", "search_compare")
+            for pair in sorted(PRESETS[name].get("same_as", {}))]
+WORLD_FIELDS = ("n_agents", "max_turns", "max_new_tokens", "extra_env_kwargs")
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize(("preset", "pair"), DECLARED)
+def test_declared_equivalences_train_identical_weights(preset, pair, fresh_model, tmp_path):
     """Each baseline the preset runs once as another gives bit-identical weights after
     two updates on that pair: GRPO, Dr. MAS and AT-GRPO where every agent acts once per
     episode under one team reward (their groups hold the same returns, replicated); the
     four SRPO variants where every set has K = 1 (kappa(1) = 1 and a set of one is its
     output)."""
-    env, workflow = pair
-    aliases = COMPARE["same_as"][pair]
+    env, label = pair
+    aliases = PRESETS[preset]["same_as"][pair]
+    workflow, settings, _ = pair_settings(PRESETS[preset], env, label, run=True)
+    world = {k: settings[k] for k in WORLD_FIELDS if k in settings} \
+        if preset != "compare" else {}
     weights = {}
     for algo in sorted(set(aliases) | set(aliases.values())):
-        weights[algo] = _two_steps(fresh_model, tmp_path, env, workflow, algo)
+        weights[algo] = _two_steps(fresh_model, tmp_path, env, workflow, algo, **world)
     for algo, target in aliases.items():
         assert _identical(weights[algo], weights[target]), f"{algo} != {target} on {pair}"
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 def test_the_weight_check_can_fail(fresh_model, tmp_path):
     """A control: SRPO's set ratio and GRPO's token ratio differ on the parallel pair, and
     the same check sees it."""

@@ -20,7 +20,9 @@ from srpo_agents.envs import env_factory
 from srpo_agents.train import warm_start_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_warmstart_phases import _weights, one_torch_thread  # noqa: E402, F401
+from test_warmstart_phases import _weights  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 CONFIG = {"env": "SRPO-Math-v0", "workflow": "solve_verify"}
 BUILD = {"minutes": 5, "target": 1.0, "seed": 0, "max_new_tokens": 8, "steps": 2,

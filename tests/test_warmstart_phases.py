@@ -30,15 +30,10 @@ BUILD = {"minutes": 5, "target": 1.0, "seed": 0, "max_new_tokens": 8, "steps": 6
          "env_name": "SRPO-Math-v0"}
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One thread here and in the killed subprocess: with two, the embedding's backward
-    may sum in another order from run to run (seen once in a full `make test`), and a
-    resume is proven bit-exact only where the kernels are deterministic."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# One thread here and in the killed subprocess: a resume is proven bit-exact only where
+# the kernels are deterministic (with two, the embedding's backward once summed in
+# another order in a full `make test`).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _build(run_dir: Path, log=print, **changes):
