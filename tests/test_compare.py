@@ -2,6 +2,7 @@
 majority vote, twins from one start, and the whole report in miniature."""
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -193,6 +194,17 @@ def test_compare_preset_runs_in_miniature_and_reports(tmp_path, monkeypatch, fre
     assert sorted(json.dumps(r, sort_keys=True) for r in again) == sorted(
         json.dumps(r, sort_keys=True) for r in rows)
 
+    # A later sitting runs seed 1 alone after seed 0's run folders are gone (runs/ does
+    # not outlive a session): the report still holds seed 0, from the earlier rows.
+    for run in (tmp_path / "runs").glob("*-s0*"):
+        shutil.rmtree(run)
+    later = run_preset("compare-mini", tmp_path, log=lambda *_: None, seeds=(1,))
+    assert sorted(json.dumps(r, sort_keys=True) for r in later) == sorted(
+        json.dumps(r, sort_keys=True) for r in rows)
+    table = (tmp_path / "table.md").read_text()
+    assert "Kept from an earlier invocation" in table and "parallel srpo seed 0 twin 1" in table
+    assert "parallel srpo seed 1" not in table.split("Machine:")[0]
+
 
 def test_solvers_right_reads_the_envs_frozen_member_flags(fresh_model):
     """The team's ceiling counts the solvers right in the parallel event's info (a
@@ -236,3 +248,7 @@ def test_a_result_stored_before_a_field_existed_still_matches(tmp_path):
                                               out=str(tmp_path / "run"), tiny_vocab=300))
     assert not _same_config(path, TrainConfig(env="SRPO-Math-v0", workflow="parallel",
                                               out=str(tmp_path / "run"), lr=1e-4))
+    # Where it was written is not part of it: an absolute and a relative --out, or the
+    # folder moved, still name the same run.
+    assert _same_config(path, TrainConfig(env="SRPO-Math-v0", workflow="parallel",
+                                          out="elsewhere/run"))
