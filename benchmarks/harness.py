@@ -880,7 +880,63 @@ def _routing_lines(rows: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
                     + f" | {mean_k:.2f} | {set_size} | "
                     f"{sum(r['routing']['route_parse_failures'] for r in group)} | "
                     f"{level_cell} | {by_k_cell} |")
-    return lines
+    return lines + _route_level_lines(routed)
+
+
+def route_k_by_level(group: list[dict]) -> dict[str, dict[str, float]]:
+    """Per level (search: hop count), the mean chosen K of the route events of ``group``
+    (rows of one pair, algorithm and checkpoint, summed over seeds) and its standard
+    error over tasks: a task's k episodes and their rounds count as one observation with
+    the events' spread, which overstates the error when they vary together (conservative)."""
+    counts: dict[str, dict[int, int]] = {}
+    tasks: dict[str, float] = {}
+    for r in group:
+        routing = r["routing"]
+        for level, ks in routing.get("by_level", {}).items():
+            for k, n in ks.items():
+                counts.setdefault(level, {})[int(k)] = counts.get(level, {}).get(int(k), 0) + n
+        for level, v in routing.get("level_accuracy", {}).items():
+            tasks[level] = tasks.get(level, 0.0) + v["episodes"] / r["k"]
+    out = {}
+    for level, ks in counts.items():
+        n = sum(ks.values())
+        mean = sum(k * c for k, c in ks.items()) / n
+        var = sum(c * (k - mean) ** 2 for k, c in ks.items()) / max(n - 1, 1)
+        n_tasks = tasks.get(level) or n / group[0]["k"]
+        out[level] = {"mean_k": mean, "se": math.sqrt(var / n_tasks), "events": n,
+                      "tasks": n_tasks}
+    return out
+
+
+def _route_level_lines(routed: list[tuple[tuple[str, str], list[dict]]]) -> list[str]:
+    """Whether harder tasks (more hops, a higher level) get bigger teams: mean K by
+    level, and the hardest level's minus the easiest's, called beyond 2 standard errors."""
+    lines = ["", "Mean chosen K by level (search: hops), ± its standard error over tasks; "
+             "the hardest level's minus the easiest's, called beyond 2 standard errors:", "",
+             "| env | pair | algo | checkpoint | mean K by level | hardest - easiest | "
+             "harder tasks get |", "|---|---|---|---|---|---|---|"]
+    rows_out = 0
+    for (env, label), sel in routed:
+        for algo in sorted({r["algo"] for r in sel}):
+            for checkpoint in ("before", "after"):
+                group = [r for r in sel if r["algo"] == algo and r["checkpoint"] == checkpoint]
+                by_level = route_k_by_level(group) if group else {}
+                if len(by_level) < 2:
+                    continue
+                name = "{}-hop" if env == SEARCH else "level {}"
+                levels = sorted(by_level, key=float)
+                low, high = by_level[levels[0]], by_level[levels[-1]]
+                diff = high["mean_k"] - low["mean_k"]
+                se = math.hypot(high["se"], low["se"])
+                call = ("bigger teams" if diff > 2 * se else "smaller teams"
+                        if diff < -2 * se else "no difference beyond noise")
+                lines.append(
+                    f"| {env} | {label} | {algo} | {checkpoint} | "
+                    + "; ".join(f"{name.format(lv)}: {by_level[lv]['mean_k']:.2f} ± "
+                                f"{by_level[lv]['se']:.2f}" for lv in levels)
+                    + f" | {diff:+.2f} ± {se:.2f} | {call} |")
+                rows_out += 1
+    return lines if rows_out else []
 
 
 def _benchmark_lines(rows: list[dict], pairs: list[tuple[str, str]], algos: list[str]

@@ -10,7 +10,14 @@ from srpo_agents.config import TrainConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from harness import PRESETS, pair_settings, run_preset, warm_start_plan  # noqa: E402
+from harness import (  # noqa: E402
+    PRESETS,
+    _route_level_lines,
+    pair_settings,
+    route_k_by_level,
+    run_preset,
+    warm_start_plan,
+)
 
 
 def test_smoke_preset_writes_results_table_and_plots(tmp_path, monkeypatch):
@@ -120,6 +127,36 @@ def test_routed_pairs_with_fixed_k_references_share_a_start_and_report_routes(tm
     table = (tmp_path / "table.md").read_text()
     assert "Routing on the held-out tasks" in table and "| SRPO-Math-v0 | routed | srpo |" in table
     assert (tmp_path / "routing_set_size.png").stat().st_size > 1000
+
+
+def _routed_row(by_level: dict, episodes: dict, k: int = 2) -> dict:
+    return {"k": k, "routing": {"by_level": by_level, "level_accuracy": {
+        level: {"episodes": n, "accuracy": 0.5} for level, n in episodes.items()}}}
+
+
+def test_route_k_by_level_and_the_call_on_harder_tasks():
+    """Mean K per hop count with its standard error over tasks (a task's k episodes count
+    as one observation), by hand: 1-hop routes K=1 three times and K=2 once over 2 tasks
+    (4 episodes, k=2): mean 1.25, event variance 0.75 / 3 = 0.25, se sqrt(0.25 / 2)."""
+    row = _routed_row({"1": {"1": 3, "2": 1}, "3": {"2": 4}}, {"1": 4, "3": 4})
+    by_level = route_k_by_level([row])
+    assert by_level["1"]["mean_k"] == pytest.approx(1.25)
+    assert by_level["1"]["tasks"] == 2
+    assert by_level["1"]["se"] == pytest.approx(0.125 ** 0.5)
+    assert by_level["3"] == {"mean_k": 2.0, "se": 0.0, "events": 4, "tasks": 2}
+    # Two seeds: counts and tasks add up (variance 1.5 / 7 over 4 tasks).
+    assert route_k_by_level([row, row])["1"]["se"] == pytest.approx((1.5 / 7 / 4) ** 0.5)
+    routed = [(("SRPO-Search-v0", "routed"), [{**row, "algo": "srpo", "checkpoint": "after"}])]
+    lines = "\n".join(_route_level_lines(routed))
+    assert "1-hop: 1.25 ± 0.35; 3-hop: 2.00 ± 0.00" in lines
+    assert "+0.75 ± 0.35 | bigger teams" in lines
+    flat = _routed_row({"1": {"1": 2, "2": 2}, "2": {"1": 2, "2": 2}}, {"1": 4, "2": 4})
+    lines = "\n".join(_route_level_lines([(("SRPO-Search-v0", "routed"),
+                                           [{**flat, "algo": "srpo", "checkpoint": "after"}])]))
+    assert "+0.00 ± " in lines and "no difference beyond noise" in lines
+    one_level = _routed_row({"1": {"1": 4}}, {"1": 4})
+    assert _route_level_lines([(("SRPO-Search-v0", "routed"),
+                                [{**one_level, "algo": "srpo", "checkpoint": "after"}])]) == []
 
 
 @pytest.mark.parametrize(("name", "warm_pairs"), [
