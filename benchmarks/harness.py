@@ -44,7 +44,6 @@ import argparse
 import json
 import math
 import multiprocessing
-import os
 import statistics
 import sys
 import time
@@ -61,7 +60,7 @@ from srpo_agents.benchmark_sets import default_data_dir
 from srpo_agents.checkpoint import write_json_atomic
 from srpo_agents.config import TrainConfig
 from srpo_agents.demo import DEMO
-from srpo_agents.metrics_log import read_metrics_rows
+from srpo_agents.metrics_log import read_metrics_rows, write_json_lines_atomic
 from srpo_agents.objective import ALGORITHMS
 
 ALL_ALGOS = sorted(ALGORITHMS)
@@ -445,13 +444,6 @@ def kept_rows(path: Path, rows: list[dict], preset: dict) -> list[dict]:
             and (r["env"], r["workflow"]) in pairs and r["seed"] in seeds]
 
 
-def write_json_lines(path: Path, rows: list[dict]) -> None:
-    """``rows`` as JSON lines, written whole or not at all."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    os.replace(tmp, path)
-
-
 def _pool(workers: int):
     if workers <= 1:
         return None
@@ -627,7 +619,7 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
             pool.shutdown()
     kept = kept_rows(out / "results.jsonl", rows, PRESETS[name])
     rows += kept
-    write_json_lines(out / "results.jsonl", rows)
+    write_json_lines_atomic(out / "results.jsonl", rows)
     command = f"python benchmarks/harness.py --preset {name} --out {out}"
     if workers > 1:
         command += f" --workers {workers}"
