@@ -44,6 +44,7 @@ import argparse
 import json
 import math
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -413,7 +414,15 @@ def run_job(config: TrainConfig, before: dict, benchmarks: str = "", tasks: int 
     if not _same_config(run_dir / "summary.json", config):
         if report_only:
             return []
-        train(config, log=lambda *_: None, before=before)
+        claim = claim_run(run_dir)
+        if claim is None:
+            print(f"harness: {run_dir} is being trained by another process; skipped here "
+                  f"(--report reads it back once it is finished)", file=sys.stderr)
+            return []
+        try:
+            train(config, log=lambda *_: None, before=before)
+        finally:
+            claim.unlink(missing_ok=True)
     summary = json.loads((run_dir / "summary.json").read_text())
     if benchmarks and "benchmarks" not in summary["after"]:
         summary["after"]["benchmarks"] = benchmark_results(
@@ -442,6 +451,39 @@ def kept_rows(path: Path, rows: list[dict], preset: dict) -> list[dict]:
     old = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [r for r in old if _row_key(r) not in fresh
             and (r["env"], r["workflow"]) in pairs and r["seed"] in seeds]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim_run(run_dir: Path) -> Path | None:
+    """Mark ``run_dir`` as trained by this process (``training.pid``), or None when
+    another live process holds it. Two harness invocations over one --out (seed by seed,
+    pair by pair) may reach the same run: a fresh start unlinks the folder's
+    metrics.jsonl, which once cost a run 49 of its 60 steps' rows. A claim left by a
+    killed process is stale and taken over."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "training.pid"
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            text = path.read_text().strip()
+            if text.isdigit() and int(text) != os.getpid() and _alive(int(text)):
+                return None
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as handle:
+            handle.write(str(os.getpid()))
+        return path
+    return None
 
 
 def _pool(workers: int):

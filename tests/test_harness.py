@@ -1,6 +1,8 @@
 """The comparison harness's smoke preset runs end to end and writes its files."""
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,8 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from harness import (  # noqa: E402
     PRESETS,
     _route_level_lines,
+    claim_run,
     pair_settings,
     route_k_by_level,
+    run_job,
     run_preset,
     warm_start_plan,
 )
@@ -237,3 +241,30 @@ def test_run_settings_change_the_runs_but_not_their_warm_start(tmp_path):
     (job,) = jobs[0]
     assert own == [("SRPO-Search-v0", "routed")]
     assert job.extra_env_kwargs["hops"] == [1] and job.max_turns == 2
+
+
+def test_a_run_another_live_process_trains_is_skipped_not_restarted(tmp_path, monkeypatch):
+    """Two harness invocations over one --out: the second to reach a run that the first
+    is training leaves it alone (a restart would unlink its metrics.jsonl); a claim
+    left by a process that died is taken over."""
+    import srpo_agents.train as train_module
+
+    def refuse(*_, **__):
+        raise AssertionError("restarted a run another process is training")
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"step": 0}\n')
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (run_dir / "training.pid").write_text(str(other.pid))
+        assert claim_run(run_dir) is None
+        monkeypatch.setattr(train_module, "train", refuse)
+        config = TrainConfig(env="SRPO-Math-v0", workflow="parallel", out=str(run_dir))
+        assert run_job(config, before={}) == []
+        assert (run_dir / "metrics.jsonl").read_text() == '{"step": 0}\n'
+    finally:
+        other.kill()
+        other.wait()
+    claim = claim_run(run_dir)  # the holder is gone: a stale claim
+    assert claim is not None and claim.read_text() == str(os.getpid())
