@@ -458,8 +458,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, another user's
+        pass
     return True
 
 
@@ -876,20 +876,11 @@ def _routing_lines(rows: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
                 if not group:
                     continue
                 counts: dict[str, int] = {}
-                levels: dict[str, dict[str, int]] = {}
-                level_hits: dict[str, list[float]] = {}  # level: [episodes, correct]
                 by_k: dict[str, list[tuple[int, float, float]]] = {}
                 for r in group:
                     routing = r["routing"]
                     for k, n in routing["route_k_counts"].items():
                         counts[k] = counts.get(k, 0) + n
-                    for level, ks in routing.get("by_level", {}).items():
-                        for k, n in ks.items():
-                            levels.setdefault(level, {})[k] = levels.setdefault(level, {}).get(k, 0) + n
-                    for level, v in routing.get("level_accuracy", {}).items():
-                        hits = level_hits.setdefault(level, [0, 0.0])
-                        hits[0] += v["episodes"]
-                        hits[1] += v["episodes"] * v["accuracy"]
                     for k, v in routing["by_route_k"].items():
                         by_k.setdefault(k, []).append((v["episodes"], v["accuracy"],
                                                        v["tokens_per_task"]))
@@ -898,10 +889,10 @@ def _routing_lines(rows: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
                 level_name = "{}-hop" if env == SEARCH else "level {}"  # hop count
                 level_cell = "; ".join(
                     f"{level_name.format(lv)}: "
-                    + ", ".join(f"K={k} ({n})" for k, n in sorted(ks.items()))
-                    + (f", accuracy {level_hits[lv][1] / level_hits[lv][0]:.3f}"
-                       if level_hits.get(lv, [0])[0] else "")
-                    for lv, ks in sorted(levels.items())) or "-"
+                    + ", ".join(f"K={k} ({n})" for k, n in sorted(v["counts"].items()))
+                    + (f", accuracy {v['correct'] / v['episodes']:.3f}" if v["episodes"]
+                       else "")
+                    for lv, v in sorted(_level_totals(group).items())) or "-"
                 by_k_cell = "; ".join(
                     f"K={k}: {sum(e * a for e, a, _ in v) / sum(e for e, _, _ in v):.3f} / "
                     f"{sum(e * t for e, _, t in v) / sum(e for e, _, _ in v):.0f}"
@@ -917,26 +908,38 @@ def _routing_lines(rows: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
     return lines + _route_level_lines(routed)
 
 
+def _level_totals(group: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per level (search: hop count), summed over ``group``'s rows (seeds): its route
+    events by chosen K (``counts``), its tasks, and its episodes and correct ones (the
+    level of an episode's first route)."""
+    totals: dict[str, dict[str, Any]] = {}
+    for r in group:
+        routing = r["routing"]
+        for level, ks in routing.get("by_level", {}).items():
+            counts = totals.setdefault(level, {"counts": {}, "tasks": 0.0, "episodes": 0,
+                                               "correct": 0.0})["counts"]
+            for k, n in ks.items():
+                counts[int(k)] = counts.get(int(k), 0) + n
+        for level, v in routing.get("level_accuracy", {}).items():
+            if level in totals:
+                totals[level]["tasks"] += v["episodes"] / r["k"]
+                totals[level]["episodes"] += v["episodes"]
+                totals[level]["correct"] += v["episodes"] * v["accuracy"]
+    return totals
+
+
 def route_k_by_level(group: list[dict]) -> dict[str, dict[str, float]]:
     """Per level (search: hop count), the mean chosen K of the route events of ``group``
     (rows of one pair, algorithm and checkpoint, summed over seeds) and its standard
     error over tasks: a task's k episodes and their rounds count as one observation with
     the events' spread, which overstates the error when they vary together (conservative)."""
-    counts: dict[str, dict[int, int]] = {}
-    tasks: dict[str, float] = {}
-    for r in group:
-        routing = r["routing"]
-        for level, ks in routing.get("by_level", {}).items():
-            for k, n in ks.items():
-                counts.setdefault(level, {})[int(k)] = counts.get(level, {}).get(int(k), 0) + n
-        for level, v in routing.get("level_accuracy", {}).items():
-            tasks[level] = tasks.get(level, 0.0) + v["episodes"] / r["k"]
     out = {}
-    for level, ks in counts.items():
+    for level, total in _level_totals(group).items():
+        ks = total["counts"]
         n = sum(ks.values())
         mean = sum(k * c for k, c in ks.items()) / n
         var = sum(c * (k - mean) ** 2 for k, c in ks.items()) / max(n - 1, 1)
-        n_tasks = tasks.get(level) or n / group[0]["k"]
+        n_tasks = total["tasks"] or n / group[0]["k"]
         out[level] = {"mean_k": mean, "se": math.sqrt(var / n_tasks), "events": n,
                       "tasks": n_tasks}
     return out
