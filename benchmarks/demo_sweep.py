@@ -26,8 +26,8 @@ from pathlib import Path
 
 from harness import _map, _pool, before_job, run_job, warm_start_job
 from machine import describe
+from math_team import math_demo_config as demo_config
 
-from srpo_agents.demo import demo_config
 from srpo_agents.evaluate import paired_difference
 
 RESULTS = Path(__file__).resolve().parent / "results" / "demo_sweep.md"

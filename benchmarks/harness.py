@@ -55,12 +55,12 @@ from typing import Any
 
 from compare_report import compare_lines, write_compare_plots
 from machine import describe
+from math_team import MATH_DEMO
 from search_track import WARM_ROOT, track_settings
 
 from srpo_agents.benchmark_sets import default_data_dir
 from srpo_agents.checkpoint import write_json_atomic
 from srpo_agents.config import TrainConfig
-from srpo_agents.demo import DEMO
 from srpo_agents.metrics_log import read_metrics_rows, write_json_lines_atomic
 from srpo_agents.objective import ALGORITHMS
 
@@ -73,10 +73,10 @@ COUNTDOWN_BASE = dict(model="tiny", steps=40, group_size=8, tasks_per_step=16, l
                       max_new_tokens=16, eval_tasks=500, eval_k=4, n_agents=3,
                       warmstart_steps=400, warmstart_decay=True, warmstart_minutes=60.0,
                       warmstart_target=1.0, warmstart_skill=0.5)
-# The comparison (issue 24): the demo's hyperparameters, fixed before the run and the
+# The comparison (issue 24): the math demo's hyperparameters, fixed before the run and the
 # same for every algorithm and pair; 500 distinct held-out tasks per pair (Countdown mixes
 # levels 0 and 1, as level 0's test split holds 43); k = 4 per task.
-COMPARE_BASE = {**{k: v for k, v in DEMO.items()
+COMPARE_BASE = {**{k: v for k, v in MATH_DEMO.items()
                    if k not in ("env", "workflow", "algo", "eval_every", "curve_tasks",
                                 "save_every")}, "eval_k": 4}
 COMPARE_TEAMS = [("SRPO-Math-v0", "parallel"), ("SRPO-Math-v0", "solve_verify"),
@@ -91,10 +91,10 @@ SEARCH = "SRPO-Search-v0"
 # benchmarks/search_track.py, they are read by every later run, session and CI clone
 # (the path is relative to the repository root, where the harness runs).
 SEARCH_WARM_ROOT = WARM_ROOT
-# The demo's RL settings on the search track: 16 questions x G=8 per step, one epoch in
-# mini-batches of 64 units, lr 3e-5, clip-higher; 500 held-out questions x k=4.
-SEARCH_RL = {**{k: DEMO[k] for k in ("group_size", "tasks_per_step", "lr", "epochs",
-                                     "minibatch_units", "eps_high")},
+# The math demo's RL settings on the search track: 16 questions x G=8 per step, one epoch
+# in mini-batches of 64 units, lr 3e-5, clip-higher; 500 held-out questions x k=4.
+SEARCH_RL = {**{k: MATH_DEMO[k] for k in ("group_size", "tasks_per_step", "lr", "epochs",
+                                          "minibatch_units", "eps_high")},
              "eval_tasks": 500, "eval_k": 4}
 SEARCH_VARIANTS = {
     (SEARCH, "search_answer_verify"): track_settings("search_answer_verify"),

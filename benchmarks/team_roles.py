@@ -17,8 +17,8 @@ import json
 from collections import Counter
 
 import numpy as np
+from math_team import math_demo_config as demo_config
 
-from srpo_agents.demo import demo_config
 from srpo_agents.envs import env_factory
 from srpo_agents.evaluate import eval_pool, run_tasks
 from srpo_agents.policy import load_policy

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from srpo_agents.rollout import RolloutEngine
 from srpo_agents.routing_stats import routing_summary
@@ -86,17 +87,23 @@ def run_tasks(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int]
 
 
 def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int], k: int,
-             tag: str = "eval", votes: bool = False) -> dict[str, Any]:
+             tag: str = "eval", votes: bool = False, progress: str = "") -> dict[str, Any]:
     """Run ``k`` episodes of each task on the given env pool (reused in chunks).
 
     Teams with a parallel event also get ``solver_majority`` (the share of episodes in
     which more than half of the solvers were right: the team's ceiling if its last agent
     followed the majority) and ``solver_any`` (at least one right). ``votes``: also
-    ``per_task_votes``, each episode's ``vote_key`` per task, for majority votes."""
+    ``per_task_votes``, each episode's ``vote_key`` per task, for majority votes.
+    ``progress``: the label of a progress bar over the episodes (none when empty, or
+    when the output is not a terminal)."""
     correct: dict[int, list[bool]] = {t: [] for t in task_indices}
     keys: dict[int, list[str | None]] = {t: [] for t in task_indices}
     tokens, calls, em, f1, played, solvers = [], [], [], [], [], []
-    for t, _, _, rollout in run_tasks(engine, envs, task_indices, k, tag):
+    episodes = run_tasks(engine, envs, task_indices, k, tag)
+    if progress:
+        episodes = tqdm(episodes, total=len(task_indices) * k, desc=progress, unit="episode",
+                        disable=None)
+    for t, _, _, rollout in episodes:
         played.append(rollout)
         correct[t].append(episode_correct(rollout))
         keys[t].append(vote_key(rollout))

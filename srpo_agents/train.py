@@ -55,28 +55,42 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
     if config.model != "tiny":
         return load_policy(config.model, device=device,
                            dtype=resolve_dtype(config.dtype, device)), {}
-    from srpo_agents.warmstart import DECAY_WARMUP, warm_start
+    from srpo_agents.warmstart import warm_start
 
     # The warm start runs on the CPU (a 1M-parameter model); the policy then moves.
-    policy, meta = warm_start(Path(config.warmstart_dir or run_dir), env_factory(config, "train"),
-                      env_factory(config, "validation"), key=warm_start_key(config),
-                      minutes=config.warmstart_minutes, target=config.warmstart_target,
-                      steps=config.warmstart_steps, skill=config.warmstart_skill,
-                      warmup=DECAY_WARMUP if config.warmstart_decay else 0,
-                      decay=config.warmstart_decay,
-                      first_roles=config.warmstart_first_roles,
-                      first_steps=config.warmstart_first_steps,
-                      first_target=config.warmstart_first_target,
-                      focus_roles=config.warmstart_focus_roles,
-                      focus_steps=config.warmstart_focus_steps,
-                      focus_target=config.warmstart_focus_target,
-                      episodes=config.warmstart_episodes,
-                      eval_tasks=config.warmstart_eval_tasks,
-                      batch_size=config.warmstart_batch_size, vocab_size=config.tiny_vocab,
-                      init=config.warmstart_init or None,
-                      seed=config.seed, max_new_tokens=config.max_new_tokens,
-                      env_name=config.env, log=log)
+    policy, meta = warm_start(**_warm_start_args(config, run_dir), log=log)
     return place(policy, device, config.dtype), meta
+
+
+def warm_start_status(config: TrainConfig, run_dir: Path) -> dict:
+    """Whether ``prepare_policy`` would find the tiny model's warm start cached (its
+    folder is ``config.warmstart_dir`` or ``run_dir``), without building or loading it:
+    ``warmstart.warm_start``'s ``check_only`` status (``cached``, ``changed``,
+    ``seconds``)."""
+    from srpo_agents.warmstart import warm_start
+
+    return warm_start(**_warm_start_args(config, run_dir), check_only=True)[1]
+
+
+def _warm_start_args(config: TrainConfig, run_dir: Path) -> dict[str, Any]:
+    from srpo_agents.warmstart import DECAY_WARMUP
+
+    return dict(run_dir=Path(config.warmstart_dir or run_dir),
+                make_train_env=env_factory(config, "train"),
+                make_eval_env=env_factory(config, "validation"), key=warm_start_key(config),
+                minutes=config.warmstart_minutes, target=config.warmstart_target,
+                steps=config.warmstart_steps, skill=config.warmstart_skill,
+                warmup=DECAY_WARMUP if config.warmstart_decay else 0,
+                decay=config.warmstart_decay, first_roles=config.warmstart_first_roles,
+                first_steps=config.warmstart_first_steps,
+                first_target=config.warmstart_first_target,
+                focus_roles=config.warmstart_focus_roles,
+                focus_steps=config.warmstart_focus_steps,
+                focus_target=config.warmstart_focus_target,
+                episodes=config.warmstart_episodes, eval_tasks=config.warmstart_eval_tasks,
+                batch_size=config.warmstart_batch_size, vocab_size=config.tiny_vocab,
+                init=config.warmstart_init or None, seed=config.seed,
+                max_new_tokens=config.max_new_tokens, env_name=config.env)
 
 
 def warm_start_key(config: TrainConfig) -> dict[str, Any]:
@@ -381,7 +395,9 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     def timed_eval(tag: str, indices: list[int] = eval_indices, envs: list = test_envs
                    ) -> tuple[dict[str, Any], float]:
         tick = time.monotonic()
-        result = evaluate(engine, envs, indices, config.eval_k, tag=tag)
+        # a bar for the test evaluations before and after (the train bar covers the rest)
+        label = f"held-out {tag}" if tag in ("before", "after") else ""
+        result = evaluate(engine, envs, indices, config.eval_k, tag=tag, progress=label)
         return result, time.monotonic() - tick
 
     if before is None:

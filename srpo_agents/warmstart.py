@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from srpo_agents import faults
 from srpo_agents.checkpoint import (
@@ -256,8 +257,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
                first_roles: tuple[str, ...] = (), first_steps: int = 0,
                first_target: float = 1.0, focus_roles: tuple[str, ...] = (), focus_steps: int = 0,
                focus_target: float = 1.0, env_name: str, key: dict | None = None, vocab_size: int = 0,
-               init: str | Path | None = None, save_every: int = SAVE_EVERY, log=print
-               ) -> tuple[Policy, dict]:
+               init: str | Path | None = None, save_every: int = SAVE_EVERY, log=print,
+               check_only: bool = False) -> tuple[Policy | None, dict]:
     """Build (or load from ``run_dir/warmstart``) the warm-started tiny policy.
 
     It stops after ``steps`` optimizer steps (0: no limit), after ``minutes``, or once
@@ -291,6 +292,12 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     ``vocab_size`` is not used) and the hash of its weights joins the cache key (the
     search track's routed team starts from the one that already copies, ``init_model``).
 
+    ``check_only``: build nothing and load nothing; return ``(None, status)`` with
+    ``status["cached"]`` (the cache holds a build of exactly these settings),
+    ``status["changed"]`` (the settings that differ from the cache's, empty when there
+    is none) and ``status["seconds"]`` (how long the cached build took, when there is
+    one): what ``make demo`` tells a user before it rebuilds its start point.
+
     Every ``save_every`` steps the build writes a checkpoint (``run_dir/warmstart-build``);
     a build that was killed resumes from it with the same weights, optimizer and random
     numbers it would have had, and ``minutes`` counts the time of every attempt."""
@@ -320,14 +327,20 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
             settings.update(focus_target=focus_target, focus_check_every=FOCUS_CHECK_EVERY)
     settings = canonical(settings)
     meta_path = out / META
-    if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("settings") == settings:
-            log(f"warm start: cached in {out} (accuracy {meta['accuracy']:.3f})")
-            return load_policy(str(out)), {**meta, "cached": True}
-        # the shallowest keys first: "env" says more than "run.train_env.prompts.solver"
-        changed = sorted(changed_keys(meta.get("settings") or {}, settings),
-                         key=lambda name: (name.count("."), name))
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else None
+    if meta is not None and meta.get("settings") == settings:
+        if check_only:
+            return None, {**meta, "cached": True, "changed": []}
+        log(f"warm start: cached in {out} (accuracy {meta['accuracy']:.3f})")
+        return load_policy(str(out)), {**meta, "cached": True}
+    # the shallowest keys first: "env" says more than "run.train_env.prompts.solver"
+    changed = [] if meta is None else sorted(
+        changed_keys(meta.get("settings") or {}, settings),
+        key=lambda name: (name.count("."), name))
+    if check_only:
+        return None, {"cached": False, "changed": changed,
+                      "seconds": (meta or {}).get("seconds")}
+    if meta is not None:
         log(f"warm start: the cache in {out} was made with other settings (changed: "
             f"{', '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}); rebuilding")
     torch.manual_seed(seed)
@@ -395,6 +408,10 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
         else:
             log(f"warm start: main phase after {base} first-phase steps")
 
+    # The bar's total is every phase's cap: a phase that reaches its target ends early,
+    # so the ETA is an upper bound.
+    bar = tqdm(total=(first_steps if separate_first else 0) + steps + focus_steps or None,
+               initial=total(), desc="warm start", disable=None)
     while time.monotonic() - start < minutes * 60:
         if phase == "first" and done >= first_steps:
             enter("main")
@@ -414,6 +431,7 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
         loss = sft_step(policy, optimizer, rng.sample(pool, min(batch_size, len(pool))),
                         scheduler)
         done += 1
+        bar.update(1)
         checked = None
         first_checked = phase == "first" and done % FIRST_CHECK_EVERY == 0
         if first_checked and first_rate(total()) >= first_target:
@@ -437,6 +455,7 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
         elif total() % check_every == 0 and not first_checked:
             log(f"warm start: step {total()} loss {loss.item():.3f} "
                 f"({time.monotonic() - start:.0f}s)")
+    bar.close()
     accuracy = checked if checked is not None else check(total(), loss)
     policy.model.eval()
     meta = {"settings": settings, "steps": total(), "accuracy": accuracy,

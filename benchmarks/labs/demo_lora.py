@@ -1,4 +1,5 @@
-"""The demo's setting with one LoRA per role (issue 27), from the repository root:
+"""The math demo's setting (``math_team.py``, the demo until issue 36) with one LoRA
+per role (issue 27), from the repository root:
 
     python benchmarks/labs/demo_lora.py
 
@@ -9,10 +10,15 @@ lr), fixed before the run, from the demo's seed-0 warm start: copy the compare p
 Results: ``benchmarks/results/demo_lora.md``."""
 
 import json
+import sys
 import time
+from pathlib import Path
 
-from srpo_agents.demo import demo_config
-from srpo_agents.train import train
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
+
+from math_team import math_demo_config as demo_config  # noqa: E402 (the math demo's)
+
+from srpo_agents.train import train  # noqa: E402
 
 config = demo_config("runs/demo-lora/run", 0, per_role_adapters="lora", lr=3e-4,
                      warmstart_dir="runs/demo-lora/warm")
