@@ -44,8 +44,9 @@ $(VENV)/.installed-docs: $(VENV)/.installed
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
+# DEMO_ARGS: the demo's own flags, e.g. make demo DEMO_ARGS="--seed 3"
 demo: $(VENV)/.installed
-	$(PY) -m srpo_agents.demo
+	$(PY) -m srpo_agents.demo $(DEMO_ARGS)
 
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check .

@@ -1,89 +1,144 @@
-"""``make demo`` for several seeds, each run separately, and one table of their results:
-held-out avg@8 and pass@8 before and after, the after-minus-before difference paired by
-task with its standard error, and where the wall time went.
+"""``make demo`` on seeds 0-4, each run on its own as ``python -m srpo_agents.demo --seed
+S``, and one table of their results: held-out avg@4 before and after, the difference
+paired by question with its standard error and z, pass@4, and each run's wall time.
 
-    python benchmarks/demo_seeds.py [--seeds 0 1 2] [--out runs/demo-seeds]
+    python benchmarks/demo_seeds.py [--seeds 0 1 2 3 4] [--out runs/demo-seeds] [--clone]
+        [--note "how the runs shared the CPU"]
 
-A seed whose run directory already holds a finished ``summary.json`` with the demo's
-configuration is read back, not rerun. Writes ``benchmarks/results/demo_seeds.md`` and
-``benchmarks/results/demo_seeds.json`` (the summaries without the per-task lists), and
-copies the first seed's learning curve to ``benchmarks/results/demo_learning_curve.png``.
+``--clone``: each seed is ``make demo`` in a fresh clone of HEAD (commit first), so its
+wall time includes creating the clone's .venv, as a newcomer's first run does.
+
+A seed whose folder already holds a finished run of the demo's setting is read back, not
+rerun, so seeds can be run by separate invocations (two at a time, say, each with
+OMP_NUM_THREADS=1) and a last invocation over all of them writes the table. Each run's
+printed output is kept in ``OUT/seedS.log``. Writes ``benchmarks/results/demo_seeds.md``
+and ``.json`` (the summaries without their per-question lists), keeps each run's record
+(summary, metrics, printed output) in ``benchmarks/results/demo_seeds/`` and copies the
+first seed's learning curve to ``benchmarks/results/demo_learning_curve.png``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from machine import describe
+from machine import RESULTS, describe
 
-from srpo_agents.demo import demo_config
+from srpo_agents.demo import BAR, demo_config
 
-RESULTS = Path(__file__).resolve().parent / "results"
 PHASES = ("warm_start", "generation", "env", "update", "evaluation", "other")
 
 
 def finished(run_dir: Path, seed: int) -> dict | None:
-    path = run_dir / "summary.json"
-    if not path.is_file():
+    """The seed's summary plus its ``demo.json`` (wall time, threads) when the folder
+    holds a finished run of the demo's current setting."""
+    path, wall = run_dir / "summary.json", run_dir / "demo.json"
+    if not (path.is_file() and wall.is_file()):
         return None
     summary = json.loads(path.read_text())
-    expected = json.loads(json.dumps(demo_config(str(run_dir), seed).to_dict()))
-    return summary if summary.get("config") == expected else None
+    model = summary["config"]["model"]
+    expected = json.loads(json.dumps(demo_config(str(run_dir), seed, model=model).to_dict()))
+    return {**summary, **json.loads(wall.read_text())} if summary["config"] == expected \
+        else None
+
+
+def run_seed(run_dir: Path, seed: int, clone: bool) -> None:
+    """The demo exactly as ``make demo`` runs it, in its own process; with ``clone``,
+    ``make demo`` itself in a fresh clone of this repository's HEAD (its own .venv,
+    installed by make: the wall time then includes the install)."""
+    run_dir = run_dir.resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    repo = Path(__file__).resolve().parents[1]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    command = [sys.executable, "-m", "srpo_agents.demo", "--seed", str(seed),
+               "--out", str(run_dir)]
+    cwd = repo
+    if clone:
+        cwd = run_dir.parent / f"clone-seed{seed}"
+        shutil.rmtree(cwd, ignore_errors=True)
+        subprocess.run(["git", "clone", "--quiet", str(repo), str(cwd)], check=True)
+        command = ["make", "demo", f"DEMO_ARGS=--seed {seed} --out {run_dir}"]
+    started = time.monotonic()
+    with open(run_dir.parent / f"seed{seed}.log", "w") as log:
+        subprocess.run(command, cwd=cwd, check=True, stdout=log, stderr=subprocess.STDOUT)
+    (run_dir / "demo.json").write_text(json.dumps({
+        "demo_wall_s": time.monotonic() - started, "fresh_clone": clone, "commit": commit,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "")}) + "\n")
+    if clone:  # its .venv is 1-2 GB
+        shutil.rmtree(cwd, ignore_errors=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--out", default="runs/demo-seeds")
+    parser.add_argument("--note", default="", help="a sentence on how the runs shared the CPU")
+    parser.add_argument("--clone", action="store_true",
+                        help="run each seed as `make demo` in a fresh clone (install included)")
     args = parser.parse_args()
-    summaries = {}
+    runs = {}
     for seed in args.seeds:
         run_dir = Path(args.out) / f"seed{seed}"
         if finished(run_dir, seed) is None:
-            # The demo exactly as `make demo` runs it, in its own process.
-            subprocess.run([sys.executable, "-m", "srpo_agents.demo", "--seed", str(seed),
-                            "--out", str(run_dir)], check=True)
-        summaries[seed] = finished(run_dir, seed)
+            run_seed(run_dir, seed, args.clone)
+        runs[seed] = finished(run_dir, seed)
     k = demo_config().eval_k
     lines = [
-        "# `make demo` on three seeds", "",
+        "# `make demo` on five seeds", "",
         f"Command: `python benchmarks/demo_seeds.py --seeds {' '.join(map(str, args.seeds))} "
-        f"--out {args.out}` (each seed is `python -m srpo_agents.demo --seed S`, run alone).",
-        "", f"Machine: {describe()}.", "",
-        f"Held-out: {next(iter(summaries.values()))['difference']['tasks']} test-split tasks "
-        f"x k={k}. ± is the standard error over tasks; the difference is paired by task.", "",
-        f"| seed | avg@{k} before | avg@{k} after | avg@{k} after - before | z | pass@{k} before "
-        f"| pass@{k} after | pass@{k} after - before | wall time |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for seed, s in summaries.items():
+        f"--out {args.out}{' --clone' * args.clone}`; each seed is "
+        + ("`make demo DEMO_ARGS=\"--seed S\"` in a fresh clone of commit "
+           f"{runs[args.seeds[0]]['commit']}, its install included in the wall time"
+           if args.clone else "`python -m srpo_agents.demo --seed S` in its own process")
+        + ", from the committed start point.", "",
+        f"Machine: {describe()}. {args.note}".rstrip(), "",
+        f"Held-out: {next(iter(runs.values()))['difference']['tasks']} test-split questions "
+        f"x k={k}. ± is the standard error over questions; the difference is paired by "
+        f"question. The bar: after - before >= +{BAR[0]} and >= {BAR[1]:.0f} SE.", "",
+        f"| seed | avg@{k} before | avg@{k} after | after - before | z | bar | "
+        f"pass@{k} before | pass@{k} after | threads | wall time |",
+        "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    for seed, s in runs.items():
         b, a, d = s["before"], s["after"], s["difference"]
+        met = d["avg_at_k"] >= BAR[0] and d["avg_at_k_z"] >= BAR[1]
         lines.append(
             f"| {seed} | {b['avg_at_k']:.3f} ± {b['avg_at_k_stderr']:.3f} | "
             f"{a['avg_at_k']:.3f} ± {a['avg_at_k_stderr']:.3f} | **{d['avg_at_k']:+.3f} ± "
-            f"{d['avg_at_k_stderr']:.3f}** | {d['avg_at_k_z']:+.1f} | {b['pass_at_k']:.3f} | "
-            f"{a['pass_at_k']:.3f} | {d['pass_at_k']:+.3f} ± {d['pass_at_k_stderr']:.3f} | "
-            f"{s['wall_time_s'] / 60:.1f} min |")
-    lines += ["", "Where the time went (seconds):", "",
+            f"{d['avg_at_k_stderr']:.3f}** | {d['avg_at_k_z']:+.1f} | "
+            f"{'met' if met else 'missed'} | {b['pass_at_k']:.3f} | {a['pass_at_k']:.3f} | "
+            f"{s['omp_num_threads'] or 'all'} | {s['demo_wall_s'] / 60:.1f} min |")
+    lines += ["", "Where the time of each run went (seconds; the demo's own steps, the start "
+              "point's check and the episodes shown, are in other):", "",
               "| seed | " + " | ".join(PHASES) + " | total |",
               "|---:|" + "---:|" * (len(PHASES) + 1)]
-    for seed, s in summaries.items():
-        t = s["time_breakdown"]
+    for seed, s in runs.items():
+        t = dict(s["time_breakdown"], other=s["time_breakdown"]["other"]
+                 + s["demo_wall_s"] - s["time_breakdown"]["total"])
         lines.append(f"| {seed} | " + " | ".join(f"{t[p]:.0f}" for p in PHASES)
-                     + f" | {t['total']:.0f} |")
+                     + f" | {s['demo_wall_s']:.0f} |")
     lines += ["", "Generation and env are the training rollouts; evaluation is the held-out "
-              "evaluations before, halfway and after; other is checkpoints, plots and set-up."]
+              "evaluations before and after and the validation curve."]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "demo_seeds.md").write_text("\n".join(lines) + "\n")
-    slim = {seed: {key: ({k2: v for k2, v in value.items() if not k2.startswith("per_task")}
-                         if isinstance(value, dict) else value)
-                   for key, value in s.items()} for seed, s in summaries.items()}
-    (RESULTS / "demo_seeds.json").write_text(json.dumps(slim, indent=2) + "\n")
+    slim = {str(seed): {key: ({k2: v for k2, v in value.items() if not k2.startswith("per_task")}
+                              if isinstance(value, dict) else value)
+                        for key, value in s.items()} for seed, s in runs.items()}
+    (RESULTS / "demo_seeds.json").write_text(json.dumps(
+        {"machine": describe(), "note": args.note, "seeds": slim}, indent=2) + "\n")
+    for seed in runs:  # runs/ does not outlive a session: the run records stay
+        keep = RESULTS / "demo_seeds" / f"seed{seed}"
+        keep.mkdir(parents=True, exist_ok=True)
+        for file in ("summary.json", "metrics.jsonl", "demo.json"):
+            shutil.copy(Path(args.out) / f"seed{seed}" / file, keep / file)
+        shutil.copy(Path(args.out) / f"seed{seed}.log", keep / "demo.log")
     first = Path(args.out) / f"seed{args.seeds[0]}" / "learning_curve.png"
     if first.is_file():
         shutil.copy(first, RESULTS / "demo_learning_curve.png")

@@ -287,26 +287,6 @@ def test_cli_smoke_two_steps(tiny_dir, tmp_path, env_args):
     assert "pass@2" in evaluated.stdout
 
 
-def test_demo_prints_the_paired_difference(tiny_dir, tmp_path, monkeypatch, capsys):
-    """``make demo``'s entry point on a tiny budget: the table, the paired difference
-    and the time breakdown are printed and saved."""
-    from srpo_agents import demo
-
-    monkeypatch.setitem(demo.DEMO, "model", str(tiny_dir))
-    monkeypatch.setitem(demo.DEMO, "compact_prompts", True)
-    for key, value in dict(group_size=2, tasks_per_step=2, eval_tasks=3, eval_k=2,
-                           max_new_tokens=8, minibatch_units=2).items():
-        monkeypatch.setitem(demo.DEMO, key, value)
-    demo.main(["--out", str(tmp_path / "demo"), "--steps", "2"])
-    printed = capsys.readouterr().out
-    assert "| after - before, paired by task | avg@2" in printed and "update" in printed
-    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
-    assert summary["config"]["eval_every"] == 1 and summary["config"]["workflow"] == "parallel"
-    assert summary["difference"]["tasks"] == 3
-    rows = (tmp_path / "demo" / "metrics.jsonl").read_text().splitlines()
-    assert "eval_avg_at_k" in json.loads(rows[0])   # a held-out point halfway
-
-
 def test_paired_difference_by_hand():
     from srpo_agents.evaluate import paired_difference
 
