@@ -24,13 +24,23 @@ from pathlib import Path
 
 from machine import RESULTS, describe
 
-from srpo_agents.demo import BAR, COMMITTED_START, demo_config
+from srpo_agents.demo import BAR, COMMITTED_START, demo_config, setting_text
 from srpo_agents.train import train
 
 CANDIDATES = {"A": dict(steps=50, lr=6e-5), "B": dict(steps=50, lr=1e-4)}
 """50 steps fit 15 minutes on 2 cores (a step took about 6 s alone, 12 s on one of two
 busy threads); the comparison's 100 steps at lr 3e-5 did not. 6e-5 keeps roughly the
 same total movement in half the steps; 1e-4 is the search_sav preset's larger lr."""
+
+
+def comparison_gains() -> list[tuple[int, float]]:
+    """SRPO's after - before per seed in the search comparison's committed results."""
+    rows = [json.loads(line) for line in
+            (RESULTS / "harness_search_compare" / "results.jsonl").read_text().splitlines()]
+    srpo = {(r["seed"], r["checkpoint"]): r["avg_at_k"] for r in rows
+            if r["algo"] == "srpo" and not r.get("rollout_seed")}
+    return sorted((seed, srpo[(seed, "after")] - srpo[(seed, "before")])
+                  for seed, checkpoint in srpo if checkpoint == "after")
 
 
 def pilot_config(name: str, seed: int, out: Path):
@@ -66,6 +76,10 @@ def main() -> None:
     out = Path(args.out)
     rows = {(n, s): run_pilot(n, s, out) for n in args.candidates for s in args.seeds}
     lines = ["# How the demo's steps and lr were chosen", "",
+             "Where it started: SRPO on this team in the comparison (100 steps at lr 3e-5, "
+             "`harness_search_compare/table.md`), held-out avg@4 after - before by seed: "
+             + ", ".join(f"seed {seed} {gain:+.3f}" for seed, gain in comparison_gains())
+             + ". 100 steps took 22-30 min on one busy thread: too long for the demo.", "",
              f"Command: `python benchmarks/demo_pilot.py --candidates {' '.join(args.candidates)}"
              f" --seeds {' '.join(map(str, args.seeds))} --out {args.out}`", "",
              f"Machine: {describe()}. {args.note}".rstrip(), "",
@@ -92,6 +106,8 @@ def main() -> None:
               f"Chosen: **{chosen}** ({CANDIDATES[chosen]['steps']} steps at lr "
               f"{CANDIDATES[chosen]['lr']:g})" if chosen else
               "Chosen: none cleared the bar on every pilot seed."]
+    if chosen:
+        lines += ["", f"The demo's setting with it: {setting_text(pilot_config(chosen, 0, out))}."]
     (RESULTS / "demo_pilot.md").write_text("\n".join(lines) + "\n")
     for name, seed in rows:  # runs/ does not outlive a session: the run records stay
         keep = RESULTS / "demo_pilot" / f"{name}-s{seed}"

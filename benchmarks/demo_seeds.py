@@ -26,11 +26,14 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from machine import RESULTS, describe
 
-from srpo_agents.demo import BAR, demo_config
+from srpo_agents.config import TrainConfig
+from srpo_agents.demo import BAR, COMMITTED_START, demo_config, redraw_curve, setting_text
+from srpo_agents.policy import load_policy
 
 PHASES = ("warm_start", "generation", "env", "update", "evaluation", "other")
 
@@ -38,6 +41,7 @@ PHASES = ("warm_start", "generation", "env", "update", "evaluation", "other")
 def finished(run_dir: Path, seed: int) -> dict | None:
     """The seed's summary plus its ``demo.json`` (wall time, threads) when the folder
     holds a finished run of the demo's current setting."""
+    run_dir = run_dir.resolve()  # run_seed gives the demo an absolute --out
     path, wall = run_dir / "summary.json", run_dir / "demo.json"
     if not (path.is_file() and wall.is_file()):
         return None
@@ -100,6 +104,8 @@ def main() -> None:
            if args.clone else "`python -m srpo_agents.demo --seed S` in its own process")
         + ", from the committed start point.", "",
         f"Machine: {describe()}. {args.note}".rstrip(), "",
+        f"Setting: {setting_text(demo_config(model=str(COMMITTED_START / 'warmstart')))}.",
+        "",
         f"Held-out: {next(iter(runs.values()))['difference']['tasks']} test-split questions "
         f"x k={k}. ± is the standard error over questions; the difference is paired by "
         f"question. The bar: after - before >= +{BAR[0]} and >= {BAR[1]:.0f} SE.", "",
@@ -114,9 +120,10 @@ def main() -> None:
             f"{a['avg_at_k']:.3f} ± {a['avg_at_k_stderr']:.3f} | **{d['avg_at_k']:+.3f} ± "
             f"{d['avg_at_k_stderr']:.3f}** | {d['avg_at_k_z']:+.1f} | "
             f"{'met' if met else 'missed'} | {b['pass_at_k']:.3f} | {a['pass_at_k']:.3f} | "
-            f"{s['omp_num_threads'] or 'all'} | {s['demo_wall_s'] / 60:.1f} min |")
-    lines += ["", "Where the time of each run went (seconds; the demo's own steps, the start "
-              "point's check and the episodes shown, are in other):", "",
+            f"{s['omp_num_threads'] or 'default'} | {s['demo_wall_s'] / 60:.1f} min |")
+    lines += ["", "Where the time of each run went (seconds). Other is the rest: with "
+              "--clone the install (make's .venv), and the start point's check, the "
+              "episodes shown and the curve's start point:", "",
               "| seed | " + " | ".join(PHASES) + " | total |",
               "|---:|" + "---:|" * (len(PHASES) + 1)]
     for seed, s in runs.items():
@@ -139,9 +146,16 @@ def main() -> None:
         for file in ("summary.json", "metrics.jsonl", "demo.json"):
             shutil.copy(Path(args.out) / f"seed{seed}" / file, keep / file)
         shutil.copy(Path(args.out) / f"seed{seed}.log", keep / "demo.log")
-    first = Path(args.out) / f"seed{args.seeds[0]}" / "learning_curve.png"
-    if first.is_file():
-        shutil.copy(first, RESULTS / "demo_learning_curve.png")
+    # The first seed's curve, drawn again with the start's validation point at step 0
+    # (runs made before the demo drew it had none; drawing it touches no result).
+    first = runs[args.seeds[0]]
+    config = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v
+                            for k, v in first["config"].items()})
+    config = replace(config, model=str(COMMITTED_START / "warmstart"))
+    redraw_curve(replace(config, out=first["config"]["out"]),
+                 load_policy(config.model), first)
+    shutil.copy(Path(first["config"]["out"]) / "learning_curve.png",
+                RESULTS / "demo_learning_curve.png")
     print("\n".join(lines))
 
 

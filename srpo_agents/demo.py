@@ -45,13 +45,21 @@ import torch
 from srpo_agents.cli import format_table
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
+from srpo_agents.evaluate import evaluate
 from srpo_agents.events import ActionUnit, build_units
 from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ALGORITHMS, kappa_value
 from srpo_agents.policy import Policy, load_policy
 from srpo_agents.rollout import Rollout
 from srpo_agents.search_recipe import WARM_ROOT, track_settings, warm_folder
-from srpo_agents.train import make_engine, prepare_policy, train, warm_start_status
+from srpo_agents.train import (
+    held_out,
+    make_engine,
+    plot_curve,
+    prepare_policy,
+    train,
+    warm_start_status,
+)
 
 ENV, WORKFLOW = "SRPO-Search-v0", "search_answer_verify"
 REPO = Path(__file__).resolve().parents[1]
@@ -73,6 +81,18 @@ BAR = (0.05, 3.0)
 
 SHOW_TASKS = 20
 """Validation questions played before and after to pick the one shown side by side."""
+
+
+def setting_text(config: TrainConfig) -> str:
+    """The demo's setting in one sentence (printed by the demo and its reports)."""
+    start = Path(config.model)
+    size = sum(f.stat().st_size for f in start.iterdir()) / 1e6 if start.is_dir() else 0.0
+    return (f"{config.env} {config.workflow}, {config.algo}, {config.steps} steps of "
+            f"{config.tasks_per_step} questions x G={config.group_size}, lr {config.lr:g}, "
+            f"{config.epochs} epoch in mini-batches of {config.minibatch_units} units, "
+            f"eps_high {config.eps_high}, at most {config.max_new_tokens} new tokens a turn, "
+            f"held-out {config.eval_tasks} questions x k={config.eval_k}; start point "
+            f"{start.parent.name}/{start.name} ({size:.1f} MB)")
 
 
 def demo_config(out: str = "runs/demo", seed: int = 0, **overrides) -> TrainConfig:
@@ -183,6 +203,20 @@ def side_by_side(before: list[Rollout], after: list[Rollout], question: str,
     return [line.rstrip() for line in lines]
 
 
+def redraw_curve(config: TrainConfig, start_policy: Policy, summary: dict) -> None:
+    """The learning curve with the starting policy's validation point at step 0 (the
+    run's validation points start after its first ``eval_every`` steps), measured on
+    the same validation questions by an engine of its own, so the run's random numbers
+    are not touched."""
+    envs, indices = held_out(config, split="validation", wanted=config.curve_tasks)
+    start = evaluate(make_engine(config, start_policy), envs, indices, config.eval_k,
+                     tag="curve-start", progress="validation, start policy (curve)")
+    out = Path(config.out)
+    plot_curve(out / "metrics.jsonl", out / "learning_curve.png",
+               f"{config.env} {config.workflow} {config.algo}", summary["before"],
+               summary["after"], config.steps, start_validation=start)
+
+
 def verdict_line(difference: dict, k: int) -> str:
     gain, z = difference["avg_at_k"], difference["avg_at_k_z"]
     met = gain >= BAR[0] and z >= BAR[1]
@@ -197,12 +231,14 @@ def run(seed: int = 0, out: str = "runs/demo", steps: int = DEMO["steps"], log=p
     model = ensure_start(out_path.parent / "demo-start", log)
     config = demo_config(out, seed, model=str(model), steps=steps,
                          eval_every=min(DEMO["eval_every"], max(1, steps // 2)))
+    log(f"setting: {setting_text(config)}")
     start_policy = load_policy(str(model))
     shown_before = play(start_policy, config, SHOW_TASKS, seed)
     log("\nThe team: searcher -> (retrieval) -> answerer -> verifier, one shared policy.")
     log("\n".join(active_set_lines(shown_before[0])))
     log("")
     summary = train(config, log=log)
+    redraw_curve(config, start_policy, summary)
     trained = load_policy(str(out_path / "policy"))
     shown_after = play(trained, config, SHOW_TASKS, seed)
     ratios = set_ratios(trained, shown_before[0])

@@ -207,9 +207,10 @@ def train_step(engine: RolloutEngine, envs: list, options: list[dict], algorithm
 
 
 def plot_curve(metrics_path: Path, png: Path, title: str, before: dict, after: dict,
-               steps: int) -> None:
+               steps: int, start_validation: dict | None = None) -> None:
     """Training accuracy per step, test avg@k (with standard error) before (step 0) and
-    after (last step), and validation avg@k every ``eval_every`` steps."""
+    after (last step), and validation avg@k every ``eval_every`` steps, from step 0 when
+    ``start_validation`` (the starting policy on the same validation tasks) is given."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -229,11 +230,14 @@ def plot_curve(metrics_path: Path, png: Path, title: str, before: dict, after: d
                 label=f"test avg@{after['k']} ({after['tasks']} tasks)")
     mids = [(r["step"] + 1, r["eval_avg_at_k"], r["eval_avg_at_k_stderr"])
             for r in rows if "eval_avg_at_k" in r]
+    tasks = next((r["eval_tasks"] for r in reversed(rows) if "eval_tasks" in r), None)
+    if start_validation is not None:
+        mids.insert(0, point(0, start_validation))
+        tasks = start_validation["tasks"]
     if mids:
         x, y, err = zip(*mids, strict=True)
         ax.errorbar(x, y, yerr=err, fmt="s--", capsize=3,
-                    label=f"validation avg@{after['k']} ({rows[-1].get('eval_tasks', '?')} "
-                          f"tasks)")
+                    label=f"validation avg@{after['k']} ({tasks} tasks)")
     ax.set_xlabel("step")
     ax.set_ylabel("accuracy")
     ax.set_title(title)
