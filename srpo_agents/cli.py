@@ -251,6 +251,13 @@ def load_engine(args: argparse.Namespace, **overrides):
     else:
         model_path = source
     location = str(model_path) if model_path.exists() else args.checkpoint
+    if not model_path.exists():  # a mistyped run folder or name: one line, at once
+        from srpo_agents.model_sources import ModelSourceError, resolve_model
+
+        try:
+            resolve_model(location)
+        except ModelSourceError as error:  # the flag here is --checkpoint
+            raise ModelSourceError(str(error).replace("--model", "--checkpoint", 1)) from None
     tiny = (model_path / "tokenizer.json").is_file() and _is_tiny(model_path)
     recorded = recorded_config(source) if source.is_dir() else None
     config = sampling_config(args, recorded, model="tiny" if tiny else location, **overrides)
@@ -357,7 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(run=cmd_train)
     ev = commands.add_parser("eval", help="avg@k, pass@k, EM/F1, tokens, tool calls")
     ev.add_argument("--checkpoint", required=True,
-                    help="run directory, saved model folder or Hugging Face model name")
+                    help="run directory, saved model folder, .gguf file, known source "
+                         "(smollm2-135m-instruct) or Hugging Face model name")
     ev.add_argument("--k", type=int, default=16,
                     help="episodes per task: avg@k and pass@k (default: %(default)s)")
     ev.add_argument("--tasks", type=int, default=500,
@@ -386,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
         "rollout", help="sample episodes and write them as Transition rows (JSONL) with "
                         "token ids and log-probs, for other trainers")
     ro.add_argument("--checkpoint", required=True,
-                    help="run directory, saved model folder or Hugging Face model name")
+                    help="run directory, saved model folder, .gguf file, known source "
+                         "(smollm2-135m-instruct) or Hugging Face model name")
     ro.add_argument("--out", required=True, help="JSONL file to write (srpo_agents.rollout_io)")
     ro.add_argument("--tasks", type=int, default=8,
                     help="tasks to sample (task indices 0..tasks-1; default: %(default)s)")

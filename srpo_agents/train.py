@@ -321,6 +321,10 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     it was already measured (``evaluate_start``); the run then skips that evaluation, so
     its sampling starts from the seed's first random number."""
     check_data(config)
+    if config.model != "tiny":  # a bad --model fails in seconds, before the run folder
+        from srpo_agents.model_sources import resolve_model
+
+        resolve_model(config.model)
     rank, world = 0, 1
     if config.data_parallel:
         from srpo_agents.learner import init_data_parallel
