@@ -228,9 +228,8 @@ def convert_gguf(path: Path, folder: Path | None = None) -> Path:
     loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                   dtype=torch.float32)
     config = loaded.config
-    for flag in ("quantization_config",):
-        if hasattr(config, flag):
-            delattr(config, flag)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(loaded.state_dict())
     plain.generation_config = loaded.generation_config
