@@ -31,9 +31,10 @@ from pathlib import Path
 
 from machine import RESULTS, describe
 
-from srpo_agents.config import TrainConfig
+from srpo_agents.config import TrainConfig, same_settings
 from srpo_agents.demo import BAR, COMMITTED_START, demo_config, redraw_curve, setting_text
 from srpo_agents.policy import load_policy
+from srpo_agents.tiny.config import tiny_run
 
 PHASES = ("warm_start", "generation", "env", "update", "evaluation", "other")
 
@@ -47,9 +48,9 @@ def finished(run_dir: Path, seed: int) -> dict | None:
         return None
     summary = json.loads(path.read_text())
     model = summary["config"]["model"]
-    expected = json.loads(json.dumps(demo_config(str(run_dir), seed, model=model).to_dict()))
-    return {**summary, **json.loads(wall.read_text())} if summary["config"] == expected \
-        else None
+    expected = demo_config(str(run_dir), seed, model=model)
+    return {**summary, **json.loads(wall.read_text())} if same_settings(
+        summary["config"], expected, ignore=()) else None
 
 
 def run_seed(run_dir: Path, seed: int, clone: bool) -> None:
@@ -149,9 +150,9 @@ def main() -> None:
     # The first seed's curve, drawn again with the start's validation point at step 0
     # (runs made before the demo drew it had none; drawing it touches no result).
     first = runs[args.seeds[0]]
-    config = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v
-                            for k, v in first["config"].items()})
-    config = replace(config, model=str(COMMITTED_START / "warmstart"))
+    config = TrainConfig(**tiny_run({k: tuple(v) if isinstance(v, list) else v
+                                     for k, v in first["config"].items()},
+                                    model=str(COMMITTED_START / "warmstart")))
     redraw_curve(replace(config, out=first["config"]["out"]),
                  load_policy(config.model), first)
     shutil.copy(Path(first["config"]["out"]) / "learning_curve.png",

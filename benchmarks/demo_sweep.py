@@ -29,6 +29,7 @@ from machine import describe
 from math_team import math_demo_config as demo_config
 
 from srpo_agents.evaluate import paired_difference
+from srpo_agents.tiny.config import with_tiny
 
 RESULTS = Path(__file__).resolve().parent / "results" / "demo_sweep.md"
 
@@ -63,9 +64,11 @@ def main() -> None:
     out = Path(args.out)
     started = time.monotonic()
     base = demo_config(str(out / "warmstart"), args.seed, eval_every=0)
-    base = replace(base, warmstart_dir=str(out / "warmstart"), steps=args.steps or base.steps)
+    base = replace(with_tiny(base, warmstart_dir=str(out / "warmstart")),
+                   steps=args.steps or base.steps)
     warm = warm_start_job(base)
-    base = replace(base, model=str(out / "warmstart" / "warmstart"), compact_prompts=True)
+    base = replace(base, model=str(out / "warmstart" / "warmstart"), model_options={},
+                   compact_prompts=True)
     before = before_job(replace(base, out=str(out / "before")), out / "before.json")
     demo_updates = -(-base.tasks_per_step * base.group_size * 2 // base.minibatch_units)
     cells = [{"lr": lr, "updates": u} for lr in args.lrs for u in args.updates]

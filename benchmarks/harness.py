@@ -60,9 +60,10 @@ from search_track import WARM_ROOT, track_settings
 
 from srpo_agents.benchmark_sets import default_data_dir
 from srpo_agents.checkpoint import write_json_atomic
-from srpo_agents.config import TrainConfig
+from srpo_agents.config import TrainConfig, same_settings
 from srpo_agents.metrics_log import read_metrics_rows, write_json_lines_atomic
 from srpo_agents.objective import ALGORITHMS
+from srpo_agents.tiny.config import tiny_run
 
 ALL_ALGOS = sorted(ALGORITHMS)
 DATA = default_data_dir()
@@ -329,18 +330,13 @@ def _same_config(path: Path, config: TrainConfig) -> bool:
     stored = json.loads(path.read_text()).get("config")
     if not isinstance(stored, dict):
         return False
-    defaults = json.loads(json.dumps(TrainConfig(env=config.env, workflow=config.workflow,
-                                                 out=config.out).to_dict()))
-    current = json.loads(json.dumps(config.to_dict()))
     # Where a result was written is not what it is: the same run under an absolute and a
     # relative --out (or a results folder moved into benchmarks/results) is still it.
-    stored.pop("out", None)
-    current.pop("out", None)
-    return {**{k: defaults[k] for k in current.keys() - stored.keys()}, **stored} == current
+    return same_settings(stored, config, ignore=("out",))
 
 
 def warm_start_job(config: TrainConfig) -> dict:
-    """Build the pair's starting policy (cached in ``config.warmstart_dir``)."""
+    """Build the pair's starting policy (cached in its ``warmstart_dir`` option)."""
     from srpo_agents.train import prepare_policy
 
     _, meta = prepare_policy(config, Path(config.out), log=lambda *_: None)
@@ -566,8 +562,8 @@ def warm_start_plan(preset: dict, out: Path, base: dict | None = None
             continue
         own.append((env, warm))
         workflow, settings, _ = pair_settings(preset, env, warm, base)
-        jobs.append((TrainConfig(env=env, workflow=workflow, seed=0, out=str(folder),
-                                 warmstart_dir=str(folder), **settings),))
+        jobs.append((TrainConfig(**tiny_run(settings, env=env, workflow=workflow, seed=0,
+                                            out=str(folder), warmstart_dir=str(folder))),))
     return starts, own, jobs
 
 
@@ -616,8 +612,9 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
             if (env, label) in starts:
                 settings.update(model=starts[(env, label)], compact_prompts=True)
             name = f"{_pair_name(env, label)}-{algo}-s{seed}" + (f"-r{twin}" if twin else "")
-            return TrainConfig(env=env, workflow=workflow, algo=algo, seed=seed, save_every=0,
-                               rollout_seed=twin, out=str(out / "runs" / name), **settings)
+            return TrainConfig(**tiny_run(settings, env=env, workflow=workflow, algo=algo,
+                                          seed=seed, save_every=0, rollout_seed=twin,
+                                          out=str(out / "runs" / name)))
 
         keys = [(env, workflow, seed) for env, workflow in preset["pairs"]
                 for seed in preset["seeds"]]

@@ -11,8 +11,14 @@ TRL first, each after one untimed warm-up step; the median of ``--repeats`` is r
 
     pip install trl   # the `bench` extra
     python benchmarks/learner_vs_trl.py [--repeats 3]
+    python benchmarks/learner_vs_trl.py --real [--repeats 2]
 
-Writes benchmarks/results/learner_vs_trl.md.
+``--real``: the same comparison on SmolLM2-135M-Instruct (the pinned
+``smollm2-135m-instruct`` source) and the batch of ``real_model_run.py``'s team: 4 tasks
+x G=8 SRPO-Math-v0 ``solve_verify`` episodes (one round, level 1, chat template, 128 new
+tokens), in micro-batches of 8 rows (32 do not fit 24 GB on this model).
+
+Writes benchmarks/results/learner_vs_trl.md (``--real``: learner_vs_trl_real.md).
 """
 
 from __future__ import annotations
@@ -38,8 +44,12 @@ from srpo_agents.tiny import build_tiny_policy
 MICRO = 32
 
 
-def make_batch(policy, tasks: int, group: int, max_new_tokens: int):
-    make = env_factory(TrainConfig(model="tiny"), "train")
+REAL = dict(model="smollm2-135m-instruct", workflow="solve_verify", max_turns=1,
+            difficulty=(1,))
+
+
+def make_batch(policy, tasks: int, group: int, max_new_tokens: int, **setting):
+    make = env_factory(TrainConfig(**(setting or {"model": "tiny"})), "train")
     envs = [make(i) for i in range(tasks * group)]
     engine = RolloutEngine(policy, max_new_tokens=max_new_tokens, seed=0)
     options = [{"task_index": t, "episode_id": f"t{t}-g{g}"}
@@ -126,12 +136,28 @@ def time_trl(policy, units, advantages, repeats: int, workdir: str) -> tuple[lis
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" /
-                                             "learner_vs_trl.md"))
+    parser.add_argument("--real", action="store_true",
+                        help="SmolLM2-135M-Instruct on the real-model run's batch")
+    parser.add_argument("--out", default="")
     args = parser.parse_args()
+    global MICRO
+    name = "learner_vs_trl_real" if args.real else "learner_vs_trl"
+    args.out = args.out or str(Path(__file__).parent / "results" / f"{name}.md")
     with tempfile.TemporaryDirectory() as workdir:
-        policy = build_tiny_policy(["x"], Path(workdir) / "tiny", seed=0)
-        units, advantages = make_batch(policy, tasks=16, group=8, max_new_tokens=32)
+        if args.real:
+            from srpo_agents.policy import load_policy
+
+            MICRO = 8
+            policy = load_policy(REAL["model"])
+            units, advantages = make_batch(policy, tasks=4, group=8, max_new_tokens=128,
+                                           **REAL)
+            what = ("SRPO-Math-v0 solve_verify episodes (one round, level 1, 128 new tokens); "
+                    "SmolLM2-135M-Instruct")
+        else:
+            policy = build_tiny_policy(["x"], Path(workdir) / "tiny", seed=0)
+            units, advantages = make_batch(policy, tasks=16, group=8, max_new_tokens=32)
+            what = "SRPO-Math-v0 parallel episodes; tiny Qwen2 policy"
+        tasks = 4 if args.real else 16
         rows = [m for u in units for m in u.members]
         tokens = sum(len(r.prompt_ids) + len(r.response_ids) for r in rows)
         trl_times, trl_version = time_trl(policy, units, advantages, args.repeats, workdir)
@@ -141,12 +167,13 @@ def main() -> None:
 
     lines = [
         "# Learner update time: srpo vs TRL GRPOTrainer", "",
-        f"Command: `python benchmarks/learner_vs_trl.py --repeats {args.repeats}`  ",
+        f"Command: `python benchmarks/learner_vs_trl.py --repeats {args.repeats}"
+        f"{' --real' if args.real else ''}`  ",
         f"Machine: {platform.machine()}, 2-core CPU, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, "
         f"trl {trl_version}, python {platform.python_version()}", "",
-        f"Batch: {len(rows)} sampled rows ({len(units)} events) from 16 tasks x G=8 "
-        f"SRPO-Math-v0 parallel episodes, {tokens} prompt+response tokens; tiny Qwen2 policy "
+        f"Batch: {len(rows)} sampled rows ({len(units)} events) from {tasks} tasks x G=8 "
+        f"{what.split('; ')[0]}, {tokens} prompt+response tokens; {what.split('; ')[1]} "
         f"({sum(p.numel() for p in policy.model.parameters()):,} parameters); micro-batches "
         f"of {MICRO} rows; one AdamW step.", "",
         "| learner | loss | seconds per update (median) | all runs | tokens/s |",

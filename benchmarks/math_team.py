@@ -7,6 +7,7 @@ the earlier benchmarks (demo_sweep, team_roles, labs/demo_lora) were run with th
 from __future__ import annotations
 
 from srpo_agents.config import TrainConfig
+from srpo_agents.tiny.config import tiny_run
 
 MATH_DEMO = dict(env="SRPO-Math-v0", workflow="parallel", n_agents=3, algo="srpo", model="tiny",
                  steps=60, group_size=8, tasks_per_step=16, lr=3e-5, epochs=1,
@@ -17,4 +18,4 @@ MATH_DEMO = dict(env="SRPO-Math-v0", workflow="parallel", n_agents=3, algo="srpo
 
 
 def math_demo_config(out: str = "runs/math-demo", seed: int = 0, **overrides) -> TrainConfig:
-    return TrainConfig(**{**MATH_DEMO, "out": out, "seed": seed, **overrides})
+    return TrainConfig(**tiny_run(MATH_DEMO, out=out, seed=seed, **overrides))

@@ -39,8 +39,8 @@ from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ALGORITHMS
 from srpo_agents.rollout import RolloutEngine
 from srpo_agents.tiny import build_tiny_policy
+from srpo_agents.tiny.warmstart import TINY_SHAPE
 from srpo_agents.train import update_policies
-from srpo_agents.warmstart import TINY_SHAPE
 
 QWEN25_3B = {"hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
              "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936,

@@ -4,7 +4,7 @@
         [--tasks 500] [--k 4] [--out benchmarks/warmstarts]
 
 The defaults are the track's recipe (``RECIPE``), supervised steps on the env's oracle
-trajectories (``srpo_agents.warmstart``) in three phases, each of the two copy skills
+trajectories (``srpo_agents.tiny.warmstart``) in three phases, each of the two copy skills
 waited for rather than given a fixed number of steps, since each appears suddenly at a
 step that moves with the seed and the float kernels (``results/search_track.md``):
 
@@ -56,6 +56,7 @@ from srpo_agents.search_recipe import (  # noqa: F401 (re-exported)
     track_settings,
     warm_folder,
 )
+from srpo_agents.tiny.config import tiny_run
 from srpo_agents.train import prepare_policy
 from srpo_envs.envs.search_env import well_formed
 
@@ -67,11 +68,11 @@ def track_config(workflow: str, out: str, warmstart_steps: int, minutes: float, 
     """The tiny search track: compact world, one-hop questions, 2 rounds; the warm start's
     first ``first_steps`` steps train the searchers alone (the copy curriculum), and
     ``focus_steps`` more train the workflow's readers (``READERS``) after the rest."""
-    return TrainConfig(**{**track_settings(workflow, warmstart_steps, minutes, first_steps,
-                                           top_k, focus_steps, focus_target,
-                                           first_target),
-                          "env": "SRPO-Search-v0", "workflow": workflow, "seed": seed,
-                          "out": out, **overrides})
+    return TrainConfig(**tiny_run(track_settings(workflow, warmstart_steps, minutes,
+                                                 first_steps, top_k, focus_steps,
+                                                 focus_target, first_target),
+                                  env="SRPO-Search-v0", workflow=workflow, seed=seed, out=out,
+                                  **overrides))
 
 
 def measure(engine: RolloutEngine, config: TrainConfig, tasks: int, k: int) -> dict:

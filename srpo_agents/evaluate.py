@@ -5,7 +5,8 @@ mean correctness of its k episodes and pass@k whether any was correct; both are 
 averaged over tasks, with their standard error over tasks (std / sqrt(n)) so every
 before/after figure comes with its noise. "Tokens per task" is the mean number of
 generated team tokens of one episode (all agents, all events), "tool calls per task"
-likewise for search queries.
+likewise for search queries. Where the env says whether the final answer was read from a
+``\\boxed{}`` (math's ``boxed``), ``boxed_rate`` is the share of episodes where it was.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
     when the output is not a terminal)."""
     correct: dict[int, list[bool]] = {t: [] for t in task_indices}
     keys: dict[int, list[str | None]] = {t: [] for t in task_indices}
-    tokens, calls, em, f1, played, solvers = [], [], [], [], [], []
+    tokens, calls, em, f1, played, solvers, boxes = [], [], [], [], [], [], []
     episodes = run_tasks(engine, envs, task_indices, k, tag)
     if progress:
         episodes = tqdm(episodes, total=len(task_indices) * k, desc=progress, unit="episode",
@@ -113,6 +114,8 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
         tokens.append(rollout.generated_tokens)
         calls.append(rollout.tool_calls)
         final = rollout.transitions[-1].info if rollout.transitions else {}
+        if "boxed" in final:
+            boxes.append(bool(final["boxed"]))
         if "em" in final:
             em.append(float(final["em"]))
             f1.append(float(final.get("f1", 0.0)))
@@ -134,6 +137,8 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
               "per_task_pass": [float(v) for v in per_task_pass]}
     if em:
         result.update(em=float(np.mean(em)), f1=float(np.mean(f1)))
+    if boxes:
+        result["boxed_rate"] = float(np.mean(boxes))
     if solvers:
         result.update(solver_majority=float(np.mean([2 * r > n for r, n in solvers])),
                       solver_any=float(np.mean([r > 0 for r, _ in solvers])))

@@ -163,17 +163,24 @@ class Learner:
 
     def _full_logits(self, model, samples: list[Sample], roles: list[str] | None = None
                      ) -> torch.Tensor:
-        """[R, T, V] logits predicting each response token, one pass per row."""
+        """[R, T, V] logits predicting each response token, one pass per row.
+
+        Only the columns from the shortest prompt's end on get logits
+        (``logits_to_keep``): a real model's vocabulary makes the prompt columns'
+        logits the largest tensor of the pass (SmolLM2: 49,152 floats a token), and
+        they are never used."""
         seqs = [s.prompt_ids + s.response_ids for s in samples]
         input_ids = _pad(seqs, self.policy.pad_token_id, torch.long).to(self.device)
         attention = _pad([[1] * len(s) for s in seqs], 0, torch.long).to(self.device)
-        logits = model(input_ids=input_ids, attention_mask=attention,
-                       **self._rows(roles)).logits
-        width = max(len(s.response_ids) for s in samples)
         # position p predicts token p + 1: the response starts at len(prompt)
         starts = torch.tensor([len(s.prompt_ids) - 1 for s in samples], device=self.device)
+        keep = input_ids.shape[1] - int(starts.min())
+        logits = model(input_ids=input_ids, attention_mask=attention, logits_to_keep=keep,
+                       **self._rows(roles)).logits                          # [R, keep, V]
+        width = max(len(s.response_ids) for s in samples)
         offsets = torch.arange(width, device=self.device)
-        positions = (starts.unsqueeze(1) + offsets).clamp(max=input_ids.shape[1] - 1)
+        positions = (starts.unsqueeze(1) - (input_ids.shape[1] - keep) + offsets).clamp(
+            max=keep - 1)
         return logits.gather(1, positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
 
     def _shared_prompt_logits(self, model, prompts: list[tuple[int, ...]], source: list[int],

@@ -14,6 +14,14 @@
 Anything else fails at once with one line (``ModelSourceError``, a ``ValueError``): what
 was given, what was expected and the closest local match, before a run folder is made.
 The cache is ``$SRPO_CACHE_DIR`` or ``~/.cache/srpo`` (``models/``).
+
+A model that is built rather than loaded is a plug-in (``PLUGINS``, ``model_source``):
+an object with ``options`` (the dataclass of its own settings, which a run records in
+``TrainConfig.model_options``, or None), ``compact_prompts``, ``prepare(config, run_dir,
+log) -> (policy, meta)`` and ``owns(folder)`` (a saved model folder is one of its models,
+so ``srpo eval`` on it uses this source's settings). The
+test-scale ``tiny`` model is the one plug-in here (``srpo_agents.tiny``); every other
+name goes to ``PretrainedSource``, which loads what ``resolve_model`` finds.
 """
 
 from __future__ import annotations
@@ -106,9 +114,53 @@ def _looks_local(name: str) -> bool:
 HUB_NAME = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 
 
+DEFAULT_MODEL = "smollm2-135m-instruct"
+"""What ``srpo train`` trains without ``--model``."""
+
+PLUGINS = {"tiny": "srpo_agents.tiny.source:TinySource"}
+"""Model sources by name, as ``module:class`` (imported on first use)."""
+
+
+class PretrainedSource:
+    """A pretrained LLM: anything ``resolve_model`` finds, loaded by transformers."""
+
+    name = "pretrained"
+    options = None
+    compact_prompts = False
+
+    def prepare(self, config, run_dir: Path, log) -> tuple:
+        from srpo_agents.policy import load_policy, resolve_device, resolve_dtype
+
+        device = resolve_device(config.device)
+        return load_policy(config.model, device=device,
+                           dtype=resolve_dtype(config.dtype, device)), {}
+
+
+def model_source(name: str):
+    """The source behind ``--model name``: its plug-in, else ``PretrainedSource``."""
+    if name not in PLUGINS:
+        return PretrainedSource()
+    from importlib import import_module
+
+    module, _, cls = PLUGINS[name].partition(":")
+    return getattr(import_module(module), cls)()
+
+
+def check_options(name: str, options) -> dict:
+    """``--model name``'s ``model_options``, checked and completed by its source's option
+    class (a source without one takes none)."""
+    source = model_source(name)
+    if source.options is None:
+        if options:
+            raise ValueError(f"model_options={options!r}: --model {name} takes no options "
+                             f"(only {', '.join(PLUGINS)} does)")
+        return {}
+    return source.options.from_options(dict(options or {})).to_dict()
+
+
 def resolve_model(name: str) -> str:
     """What transformers should load for ``--model name`` (see the module docstring)."""
-    if name == "tiny":
+    if name in PLUGINS:
         return name
     if name.lower() in KNOWN:
         return str(known_source(name.lower()))

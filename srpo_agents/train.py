@@ -39,73 +39,21 @@ from srpo_agents.checkpoint import (
     write_json_atomic,
 )
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory, env_kwargs
+from srpo_agents.envs import env_factory
 from srpo_agents.evaluate import episode_correct, eval_pool, evaluate, paired_difference
 from srpo_agents.events import build_units
 from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.metrics_log import append_json_line, read_metrics_rows, write_json_lines_atomic
+from srpo_agents.model_sources import model_source, resolve_model
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
-from srpo_agents.policy import Policy, load_policy, place, resolve_device, resolve_dtype
+from srpo_agents.policy import Policy
 from srpo_agents.rollout import RolloutEngine
 from srpo_agents.routing_stats import plot_routing, routing_summary
 
 
 def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dict]:
-    device = resolve_device(config.device)
-    if config.model != "tiny":
-        return load_policy(config.model, device=device,
-                           dtype=resolve_dtype(config.dtype, device)), {}
-    from srpo_agents.warmstart import warm_start
-
-    # The warm start runs on the CPU (a 1M-parameter model); the policy then moves.
-    policy, meta = warm_start(**_warm_start_args(config, run_dir), log=log)
-    return place(policy, device, config.dtype), meta
-
-
-def warm_start_status(config: TrainConfig, run_dir: Path) -> dict:
-    """Whether ``prepare_policy`` would find the tiny model's warm start cached (its
-    folder is ``config.warmstart_dir`` or ``run_dir``), without building or loading it:
-    ``warmstart.warm_start``'s ``check_only`` status (``cached``, ``changed``,
-    ``seconds``)."""
-    from srpo_agents.warmstart import warm_start
-
-    return warm_start(**_warm_start_args(config, run_dir), check_only=True)[1]
-
-
-def _warm_start_args(config: TrainConfig, run_dir: Path) -> dict[str, Any]:
-    from srpo_agents.warmstart import DECAY_WARMUP
-
-    return dict(run_dir=Path(config.warmstart_dir or run_dir),
-                make_train_env=env_factory(config, "train"),
-                make_eval_env=env_factory(config, "validation"), key=warm_start_key(config),
-                minutes=config.warmstart_minutes, target=config.warmstart_target,
-                steps=config.warmstart_steps, skill=config.warmstart_skill,
-                warmup=DECAY_WARMUP if config.warmstart_decay else 0,
-                decay=config.warmstart_decay, first_roles=config.warmstart_first_roles,
-                first_steps=config.warmstart_first_steps,
-                first_target=config.warmstart_first_target,
-                focus_roles=config.warmstart_focus_roles,
-                focus_steps=config.warmstart_focus_steps,
-                focus_target=config.warmstart_focus_target,
-                episodes=config.warmstart_episodes, eval_tasks=config.warmstart_eval_tasks,
-                batch_size=config.warmstart_batch_size, vocab_size=config.tiny_vocab,
-                init=config.warmstart_init or None, seed=config.seed,
-                max_new_tokens=config.max_new_tokens, env_name=config.env)
-
-
-def warm_start_key(config: TrainConfig) -> dict[str, Any]:
-    """What shapes a run's warm start besides its own settings (``srpo_agents.warmstart``):
-    the env's arguments for the train and validation splits (workflow, agents, levels,
-    prompts, ...) and the hashes of the data files they read."""
-    from srpo_agents.warmstart import canonical, file_digest
-
-    return canonical({
-        "workflow": config.workflow,
-        "train_env": env_kwargs(config, "train"),
-        "validation_env": env_kwargs(config, "validation"),
-        "files": {name: file_digest(getattr(config, name))
-                  for name in ("dataset", "eval_dataset", "corpus")},
-    })
+    """The run's initial policy and its source's meta (the tiny model's warm start)."""
+    return model_source(config.model).prepare(config, run_dir, log)
 
 
 def _task_count(envs: list) -> int | None:
@@ -321,18 +269,18 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
     it was already measured (``evaluate_start``); the run then skips that evaluation, so
     its sampling starts from the seed's first random number."""
     check_data(config)
-    if config.model != "tiny":  # a bad --model fails in seconds, before the run folder
-        from srpo_agents.model_sources import resolve_model
-
-        resolve_model(config.model)
+    resolve_model(config.model)  # a bad --model fails in seconds, before the run folder
     rank, world = 0, 1
     if config.data_parallel:
         from srpo_agents.learner import init_data_parallel
 
         rank, world = init_data_parallel()
         if rank:  # every rank keeps its own files; rank 0's are the run's
+            options = dict(config.model_options)
+            if "warmstart_dir" in options:  # the tiny model: every rank loads rank 0's
+                options["warmstart_dir"] = options["warmstart_dir"] or config.out
             config = dataclasses.replace(config, out=str(Path(config.out) / f"rank-{rank}"),
-                                         warmstart_dir=config.warmstart_dir or config.out)
+                                         model_options=options)
             log = _quiet
     run_dir = Path(config.out)
     run_dir.mkdir(parents=True, exist_ok=True)

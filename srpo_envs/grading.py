@@ -141,6 +141,13 @@ def extract_answer(text: str) -> str | None:
     return text[len(text) - number.end() : len(text) - number.start()]
 
 
+def boxed(text: str) -> bool:
+    """Whether ``text``'s final answer is read from a box: its last ``\\boxed``/
+    ``\\fbox`` holds a non-empty answer (the format the role prompts ask for; without
+    one, ``extract_answer`` falls back to the last number)."""
+    return _last_box(text) >= 0 and bool(extract_answer(text))
+
+
 # --- fast path -------------------------------------------------------------------------
 
 _REWRITES = tuple(

@@ -226,15 +226,30 @@ def test_a_keyword_constructor_is_caught_when_built_and_its_own_bugs_stay_its_ow
 
 # -- srpo train --quick -----------------------------------------------------------------
 def test_quick_sets_the_preset_and_typed_flags_keep_their_values():
-    args = parsed(["train", "--quick", "--group-size", "4", "--env", "SRPO-Search-v0"])
+    args = parsed(["train", "--quick", "--group-size", "4", "--env", "SRPO-Search-v0",
+                   "--model", "tiny"])
     applied = cli.apply_quick(args)
-    assert "group_size" not in applied and set(applied) == set(cli.QUICK) - {"group_size"}
+    assert "group_size" not in applied
+    assert set(applied) == (set(cli.QUICK) | set(cli.QUICK_TINY)) - {"group_size"}
     config = cli.config_from_args(args)
     assert (config.steps, config.tasks_per_step, config.group_size, config.eval_tasks,
-            config.eval_k, config.max_new_tokens, config.warmstart_steps) == (
-        2, 2, 4, 4, 2, 16, 2)
+            config.eval_k, config.max_new_tokens, config.model_options["warmstart_steps"]
+            ) == (2, 2, 4, 4, 2, 16, 2)
     plain = cli.config_from_args(parsed(["train"]))
     assert (plain.steps, plain.group_size) == (20, 8)  # no --quick: the defaults
+    assert plain.model == "smollm2-135m-instruct" and plain.model_options == {}
+    real = parsed(["train", "--quick"])
+    assert set(cli.apply_quick(real)) == set(cli.QUICK)  # no warm start to shorten
+    assert cli.config_from_args(real).model == "smollm2-135m-instruct"
+
+
+def test_tiny_flags_go_to_the_tiny_model_only():
+    config = cli.config_from_args(parsed(["train", "--model", "tiny", "--tiny-vocab", "300"]))
+    assert config.model_options["tiny_vocab"] == 300
+    assert config.model_options["warmstart_steps"] == 0  # every option recorded
+    with pytest.raises(ValueError, match="--warmstart-steps is an option of --model tiny, "
+                                         "not of --model x/y"):
+        cli.config_from_args(parsed(["train", "--model", "x/y", "--warmstart-steps", "3"]))
 
 
 def _run_cli(args: list[str], cwd: Path, extra_path: str = "") -> subprocess.CompletedProcess:
@@ -250,8 +265,9 @@ def quick_run(tmp_path_factory):
     """``srpo train --quick`` on Countdown parallel with 2 proposers, 1 step."""
     root = tmp_path_factory.mktemp("quick")
     result = _run_cli([sys.executable, "-m", "srpo_agents.cli", "train", "--quick", "--env",
-                       "SRPO-Countdown-v0", "--n-agents", "2", "--steps", "1", "--out",
-                       str(root / "run")], root)
+                       "SRPO-Countdown-v0", "--n-agents", "2", "--steps", "1", "--model",
+                       "tiny", "--out", str(root / "run")], root)
+    assert "--quick: model tiny (typed)" in result.stderr
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "run"
 
@@ -261,9 +277,9 @@ def test_a_quick_run_completes_with_the_preset_and_the_typed_flags(quick_run):
     config = json.loads((quick_run / "summary.json").read_text())["config"]
     assert (config["steps"], config["n_agents"], config["group_size"],
             config["tasks_per_step"], config["max_new_tokens"]) == (1, 2, 2, 2, 16)
-    assert config["model"] == "tiny" and config["warmstart_batch_size"] == 16
+    assert config["model"] == "tiny" and config["model_options"]["warmstart_batch_size"] == 16
     warm = json.loads((quick_run / "warmstart" / "warmstart.json").read_text())
-    assert warm["settings"]["episodes"] == cli.QUICK["warmstart_episodes"]
+    assert warm["settings"]["episodes"] == cli.QUICK_TINY["warmstart_episodes"]
     assert len(rows_of(quick_run / "metrics.jsonl")) == 1
 
 

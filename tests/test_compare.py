@@ -240,12 +240,13 @@ def test_a_result_stored_before_a_field_existed_still_matches(tmp_path):
 
     config = TrainConfig(env="SRPO-Math-v0", workflow="parallel", out=str(tmp_path / "run"))
     stored = config.to_dict()
-    del stored["tiny_vocab"]  # written by a version without the field
+    del stored["rollout_seed"]  # written by a version without the field
+    stored["tiny_vocab"] = 0  # a field since moved into the tiny model's model_options
     path = tmp_path / "summary.json"
     path.write_text(json.dumps({"config": stored}))
     assert _same_config(path, config)
     assert not _same_config(path, TrainConfig(env="SRPO-Math-v0", workflow="parallel",
-                                              out=str(tmp_path / "run"), tiny_vocab=300))
+                                              out=str(tmp_path / "run"), rollout_seed=3))
     assert not _same_config(path, TrainConfig(env="SRPO-Math-v0", workflow="parallel",
                                               out=str(tmp_path / "run"), lr=1e-4))
     # Where it was written is not part of it: an absolute and a relative --out, or the

@@ -32,7 +32,12 @@ from srpo_agents.config import TrainConfig
     ({"env": "SRPO-Search-v0", "retriever": "bm26"}, r"retriever='bm26': expected one of"),
     ({"device": "gpu"}, r"device='gpu': expected auto, cpu, cuda, cuda:N or mps"),
     ({"algo": "ppo"}, r"algo='ppo': expected one of"),
-    ({"warmstart_skill": 2.0}, r"warmstart_skill=2.0: expected a probability"),
+    ({"model": "tiny", "model_options": {"warmstart_skill": 2.0}},
+     r"warmstart_skill=2.0: expected a probability"),
+    ({"model": "tiny", "model_options": {"warmstart_stpes": 2}},
+     r"'warmstart_stpes' is not an option of the tiny model; expected some of \['warmstart"),
+    ({"model": "smollm2-135m-instruct", "model_options": {"warmstart_steps": 2}},
+     r"--model smollm2-135m-instruct takes no options \(only tiny does\)"),
 ])
 def test_bad_fields_are_named_with_what_is_allowed(fields, message):
     with pytest.raises(ValueError, match=message):

@@ -33,7 +33,8 @@ def _train(out: Path, warm: Path, *extra: str, kill_at: str = "", cwd: Path):
     args = ["--env", "SRPO-Countdown-v0", "--workflow", "parallel", "--n-agents", "2",
             "--steps", str(STEPS), "--group-size", "2", "--tasks-per-step", "2",
             "--eval-tasks", "4", "--eval-k", "2", "--max-new-tokens", "6", "--lr", "1e-3",
-            "--warmstart-steps", "2", "--warmstart-target", "1.0", "--warmstart-dir",
+            "--model", "tiny", "--warmstart-steps", "2", "--warmstart-target", "1.0",
+            "--warmstart-dir",
             str(warm), "--save-every", "1", "--out", str(out), *extra]
     return subprocess.run([sys.executable, "-m", "srpo_agents.cli", "train", *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600)

@@ -90,7 +90,8 @@ def test_srpo_train_under_torchrun(tmp_path):
          "--eval-tasks", "4", "--eval-k", "2", "--max-new-tokens", "6", "--lr", "1e-3",
          # a token cost gives the episodes different returns, so the update moves weights
          "--cost-per-token", "0.01",
-         "--warmstart-steps", "2", "--warmstart-target", "1.0", "--out", str(out)],
+         "--model", "tiny", "--warmstart-steps", "2", "--warmstart-target", "1.0",
+         "--out", str(out)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 

@@ -10,6 +10,7 @@ import torch
 
 from srpo_agents.config import TrainConfig
 from srpo_agents.policy import resolve_device, resolve_dtype
+from srpo_agents.tiny.config import tiny_run
 from srpo_agents.train import train
 
 BASE = dict(env="SRPO-Countdown-v0", workflow="single", steps=2, group_size=2,
@@ -37,24 +38,24 @@ def _summary_keys(summary):
 @pytest.mark.slow
 def test_bfloat16_trains_and_resumes_with_the_float32_contract(tmp_path):
     warm = str(tmp_path / "warm")
-    fp32 = train(TrainConfig(**BASE, device="cpu", warmstart_dir=warm, out=str(tmp_path / "a")),
+    fp32 = train(TrainConfig(**tiny_run(BASE, device="cpu", warmstart_dir=warm, out=str(tmp_path / "a"))),
                  log=lambda *_: None)
-    bf16 = train(TrainConfig(**BASE, device="cpu", dtype="bfloat16", warmstart_dir=warm,
-                             out=str(tmp_path / "b")), log=lambda *_: None)
+    bf16 = train(TrainConfig(**tiny_run(BASE, device="cpu", dtype="bfloat16", warmstart_dir=warm,
+                             out=str(tmp_path / "b"))), log=lambda *_: None)
     assert _summary_keys(bf16) == _summary_keys(fp32)
     rows = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1] and all(r["updates"] >= 1 for r in rows)
     assert all(abs(v) < 1e6 for r in rows for v in r.values() if isinstance(v, float))
     config = json.loads((tmp_path / "b" / "policy" / "config.json").read_text())
     assert config.get("dtype", config.get("torch_dtype")) == "bfloat16"
-    again = train(TrainConfig(**{**BASE, "steps": 3}, device="cpu", dtype="bfloat16",
-                              warmstart_dir=warm, out=str(tmp_path / "b"), resume=True),
+    again = train(TrainConfig(**tiny_run({**BASE, "steps": 3}, device="cpu", dtype="bfloat16",
+                              warmstart_dir=warm, out=str(tmp_path / "b"), resume=True)),
                   log=lambda *_: None)
     assert again["after"]["tasks"] == 4
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 def test_cuda_bfloat16_training(tmp_path):
-    summary = train(TrainConfig(**BASE, device="auto", out=str(tmp_path / "gpu")),
+    summary = train(TrainConfig(**tiny_run(BASE, device="auto", out=str(tmp_path / "gpu"))),
                     log=lambda *_: None)
     assert summary["config"]["device"] == "auto" and summary["after"]["tasks"] == 4

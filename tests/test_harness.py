@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from srpo_agents.config import TrainConfig
+from srpo_agents.tiny.config import tiny_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -83,7 +84,7 @@ def test_every_preset_builds_valid_configs(name):
             if settings.get(key) and not Path(settings[key]).is_file():
                 pytest.skip(f"{settings[key]} is absent (../shared/data)")
         for algo in preset["algos"]:
-            config = TrainConfig(env=env, workflow=workflow, algo=algo, **settings)
+            config = TrainConfig(**tiny_run(settings, env=env, workflow=workflow, algo=algo))
             assert config.algo == algo
             # the workflow exists and the env accepts the settings
             from srpo_agents.envs import env_kwargs
@@ -173,7 +174,7 @@ def test_the_search_presets_reuse_the_track_s_warm_start(name, warm_pairs, tmp_p
     settings and key must be the very ones the script builds with."""
     import search_track
 
-    import srpo_agents.warmstart as warmstart
+    import srpo_agents.tiny.warmstart as warmstart
     from srpo_agents import train
 
     seen: list[dict] = []

@@ -84,7 +84,7 @@ def test_tensorboard_logs_the_metrics_keys_and_srpo_plot_overlays_runs(tmp_path,
     run = tmp_path / "run"
     assert main(["train", "--env", "SRPO-Countdown-v0", "--workflow", "single", "--steps", "2",
                  "--group-size", "2", "--tasks-per-step", "2", "--eval-tasks", "4",
-                 "--eval-k", "2", "--max-new-tokens", "6", "--warmstart-steps", "2",
+                 "--eval-k", "2", "--max-new-tokens", "6", "--model", "tiny", "--warmstart-steps", "2",
                  "--warmstart-target", "1.0", "--tensorboard", "--out", str(run)]) == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     events = EventAccumulator(str(run / "tensorboard"))

@@ -17,6 +17,7 @@ from srpo_agents.events import ActionUnit, build_units, event_atomic_batches
 from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS, UnitInfo
 from srpo_agents.rollout import Rollout, RolloutEngine, Sample
+from srpo_agents.tiny import TinyConfig
 from srpo_agents.train import train
 from srpo_envs.transition import ConsumedOutput, Transition
 
@@ -308,13 +309,13 @@ def test_bad_config_names_the_field():
     with pytest.raises(ValueError, match="group_size=1"):
         TrainConfig(group_size=1)
     with pytest.raises(ValueError, match="warmstart_decay=True needs warmstart_steps"):
-        TrainConfig(warmstart_decay=True)
+        TinyConfig(warmstart_decay=True)
     assert ADVANTAGE_ESTIMATORS["task"]
 
 
 @pytest.mark.parametrize("env_id", ["SRPO-Math-v0", "SRPO-Search-v0"])
 def test_warm_start_imitates_reference_trajectories_and_caches(tmp_path, env_id, monkeypatch):
-    from srpo_agents.warmstart import reference_examples, warm_start
+    from srpo_agents.tiny.warmstart import reference_examples, warm_start
 
     monkeypatch.setenv("SRPO_CACHE_DIR", str(tmp_path / "cache"))
     config = TrainConfig(env=env_id, workflow="parallel", n_agents=2, model="tiny")
@@ -339,12 +340,12 @@ def test_warm_start_imitates_reference_trajectories_and_caches(tmp_path, env_id,
 
 
 def test_warm_start_curriculum_trains_the_first_roles_alone_first(tmp_path, monkeypatch):
-    import srpo_agents.warmstart as warmstart
+    import srpo_agents.tiny.warmstart as warmstart
 
     monkeypatch.setenv("SRPO_CACHE_DIR", str(tmp_path / "cache"))
     config = TrainConfig(env="SRPO-Search-v0", workflow="parallel", n_agents=2, model="tiny",
-                         warmstart_steps=4, warmstart_first_roles=("searcher",),
-                         warmstart_first_steps=2)
+                         model_options=dict(warmstart_steps=4, warmstart_first_steps=2,
+                                            warmstart_first_roles=("searcher",)))
     make_train, make_test = env_factory(config, "train"), env_factory(config, "test")
     seen, real_loss = [], warmstart.sft_loss
 
@@ -368,10 +369,10 @@ def test_warm_start_curriculum_trains_the_first_roles_alone_first(tmp_path, monk
                              first_roles=("solver",), first_steps=1, env_name=config.env,
                              log=lambda *_: None)
     with pytest.raises(ValueError, match="warmstart_first_roles=.*expected both"):
-        TrainConfig(warmstart_first_steps=5)
+        TinyConfig(warmstart_first_steps=5)
     with pytest.raises(ValueError, match="warmstart_first_steps=5: expected fewer"):
-        TrainConfig(warmstart_steps=5, warmstart_first_roles=("searcher",),
-                    warmstart_first_steps=5)
+        TrainConfig(model="tiny", model_options=dict(
+            warmstart_steps=5, warmstart_first_roles=("searcher",), warmstart_first_steps=5))
 
 
 def test_per_role_policies_train_separately_and_resume(tiny_dir, tmp_path, monkeypatch):
@@ -412,7 +413,7 @@ def test_per_role_policies_train_separately_and_resume(tiny_dir, tmp_path, monke
 
 
 def test_warm_start_lr_schedule_warms_up_then_decays_to_a_tenth():
-    from srpo_agents.warmstart import lr_factor, warm_start
+    from srpo_agents.tiny.warmstart import lr_factor, warm_start
 
     assert lr_factor(0, 0, 0) == lr_factor(500, 0, 0) == 1.0           # constant
     assert lr_factor(0, 20, 0) == pytest.approx(1 / 20)

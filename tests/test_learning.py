@@ -51,8 +51,8 @@ from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_agents.rollout import RolloutEngine
 from srpo_agents.tiny import build_tiny_policy
+from srpo_agents.tiny.warmstart import sft_loss
 from srpo_agents.train import train_step
-from srpo_agents.warmstart import sft_loss
 from srpo_envs.event_env import EventEnv, EventOutcome
 
 ALPHABET = "abcd"

@@ -12,6 +12,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
 from srpo_agents.config import TrainConfig  # noqa: E402
+from srpo_agents.tiny.config import tiny_run  # noqa: E402
 from srpo_agents.train import train  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -48,7 +49,7 @@ def test_one_worker_reproduces_the_in_process_run(local_ray, tmp_path):
     from srpo_agents.train import evaluate_start
 
     warm = str(tmp_path / "warm")
-    config = TrainConfig(**BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "a2"))
+    config = TrainConfig(**tiny_run(BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "a2")))
     # the same start (the before evaluation shared), so both samplers start fresh alike;
     # one torch thread, as in the worker, so the matmuls round alike
     threads = torch.get_num_threads()
@@ -56,8 +57,8 @@ def test_one_worker_reproduces_the_in_process_run(local_ray, tmp_path):
     try:
         before = evaluate_start(config, log=lambda *_: None)
         train(config, log=lambda *_: None, before=before)
-        train(TrainConfig(**BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "b"),
-                          rollout_workers=1), log=lambda *_: None, before=before)
+        train(TrainConfig(**tiny_run(BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "b"),
+                          rollout_workers=1)), log=lambda *_: None, before=before)
     finally:
         torch.set_num_threads(threads)
     in_process, workers = _rows(tmp_path / "a2"), _rows(tmp_path / "b")
@@ -67,8 +68,8 @@ def test_one_worker_reproduces_the_in_process_run(local_ray, tmp_path):
 
 
 def test_two_workers_train_and_a_killed_worker_is_replaced(local_ray, tmp_path):
-    train(TrainConfig(**BASE, steps=3, warmstart_dir=str(tmp_path / "warm"),
-                      out=str(tmp_path / "run"), rollout_workers=2), log=lambda *_: None)
+    train(TrainConfig(**tiny_run(BASE, steps=3, warmstart_dir=str(tmp_path / "warm"),
+                      out=str(tmp_path / "run"), rollout_workers=2)), log=lambda *_: None)
     rows = _rows(tmp_path / "run")
     episodes = BASE["tasks_per_step"] * BASE["group_size"]  # 8, two events each
     # worker 1 held tasks 1 and 3 (4 episodes): killed mid-generation at step 1
@@ -95,8 +96,8 @@ def test_workers_spread_over_a_two_node_cluster(tmp_path):
     cluster.add_node(num_cpus=1)
     try:
         # the engine joins the cluster itself, as srpo train --ray-address does
-        config = TrainConfig(**BASE, steps=1, out=str(tmp_path / "run"), rollout_workers=2,
-                             ray_address=cluster.address)
+        config = TrainConfig(**tiny_run(BASE, steps=1, out=str(tmp_path / "run"), rollout_workers=2,
+                             ray_address=cluster.address))
         env = env_factory(config, "train")(0)
         policy = build_tiny_policy([env.reset()[0]["proposer_0"], "0123456789+-*/()"],
                                    tmp_path / "tiny", hidden_size=32, num_layers=1,

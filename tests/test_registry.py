@@ -229,7 +229,8 @@ def test_a_plugin_is_found_by_gym_srpo_envs_and_trains_two_steps(plugin_path, tm
     train = _run(["-m", "srpo_agents.cli", "train", "--env", "PluginEcho-v0", "--workflow",
                   "single", "--n-agents", "1", "--steps", "2", "--group-size", "2",
                   "--tasks-per-step", "2", "--eval-tasks", "4", "--eval-k", "2",
-                  "--max-new-tokens", "6", "--warmstart-steps", "4", "--warmstart-target",
+                  "--max-new-tokens", "6", "--model", "tiny", "--warmstart-steps", "4",
+                  "--warmstart-target",
                   "1.0", "--out", str(out)], plugin_path, tmp_path)
     assert train.returncode == 0, train.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

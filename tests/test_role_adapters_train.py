@@ -38,7 +38,8 @@ def _train(out: Path, warm: Path, *extra: str, cwd: Path, kill_at: str = ""):
     return _srpo("train", "--env", "SRPO-Countdown-v0", "--workflow", "parallel",
                  "--n-agents", "2", "--steps", "3", "--group-size", "2",
                  "--tasks-per-step", "2", "--eval-tasks", "4", "--eval-k", "2",
-                 "--max-new-tokens", "6", "--lr", "1e-2", "--warmstart-steps", "2",
+                 "--max-new-tokens", "6", "--lr", "1e-2", "--model", "tiny",
+                 "--warmstart-steps", "2",
                  "--warmstart-target", "1.0", "--warmstart-episodes", "50",
                  "--warmstart-dir", str(warm), "--save-every", "1",
                  # a token cost: advantages even where no answer of a fresh policy is right

@@ -21,8 +21,8 @@ from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_agents.rollout import RolloutEngine
 from srpo_agents.routing_stats import episode_route, routing_summary
 from srpo_agents.tiny import build_tiny_policy
+from srpo_agents.tiny.warmstart import sft_loss
 from srpo_agents.train import train, train_step
-from srpo_agents.warmstart import sft_loss
 from srpo_envs import math_v0, search_v0
 from srpo_envs.event_env import EventEnv, EventOutcome
 from srpo_envs.math_tasks import MathTask

@@ -8,7 +8,7 @@ from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
 from srpo_agents.policy import load_policy
 from srpo_agents.tiny import build_tiny_policy
-from srpo_agents.warmstart import warm_start
+from srpo_agents.tiny.warmstart import warm_start
 
 TEXTS = ["Search for: Works for which company? Kuhi", "<search>Kuhi</search>",
          "Doc 1 (Title: Kuhi) Kuhi works for Lomaru.", "Was born in which city? Futi"] * 40
@@ -43,7 +43,7 @@ def test_a_vocabulary_at_or_below_the_bytes_is_refused(tmp_path):
     with pytest.raises(ValueError, match="vocab_size=260"):
         build_tiny_policy(TEXTS, tmp_path / "x", vocab_size=260)
     with pytest.raises(ValueError, match="tiny_vocab=100"):
-        TrainConfig(tiny_vocab=100)
+        TrainConfig(model="tiny", model_options={"tiny_vocab": 100})
 
 
 def test_the_warm_start_key_tells_the_tokenizers_apart(tmp_path, monkeypatch):

@@ -14,13 +14,13 @@ import pytest
 from srpo_agents import train
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
-from srpo_agents.train import warm_start_key
-from srpo_agents.warmstart import changed_keys, warm_start
+from srpo_agents.tiny.source import warm_start_key
+from srpo_agents.tiny.warmstart import changed_keys, warm_start
 
 
 def _key(**changes) -> dict:
     return warm_start_key(TrainConfig(**{"env": "SRPO-Math-v0", "workflow": "parallel",
-                                         **changes}))
+                                         "model": "tiny", **changes}))
 
 
 @pytest.mark.parametrize("changes", [
@@ -44,8 +44,8 @@ def test_the_key_holds_data_file_hashes(tmp_path):
 
 def test_a_changed_key_rebuilds_and_says_why(tmp_path, monkeypatch):
     monkeypatch.setenv("SRPO_CACHE_DIR", str(tmp_path / "cache"))
-    math = TrainConfig(env="SRPO-Math-v0", workflow="parallel", n_agents=2)
-    countdown = TrainConfig(env="SRPO-Countdown-v0", workflow="single")
+    math = TrainConfig(env="SRPO-Math-v0", workflow="parallel", n_agents=2, model="tiny")
+    countdown = TrainConfig(env="SRPO-Countdown-v0", workflow="single", model="tiny")
     logs: list[str] = []
 
     def build(config: TrainConfig):
@@ -66,7 +66,7 @@ def test_a_changed_key_rebuilds_and_says_why(tmp_path, monkeypatch):
 
 
 def test_the_warm_start_checks_the_validation_split(tmp_path, monkeypatch):
-    import srpo_agents.warmstart as warmstart
+    import srpo_agents.tiny.warmstart as warmstart
 
     seen = {}
 
@@ -77,7 +77,7 @@ def test_the_warm_start_checks_the_validation_split(tmp_path, monkeypatch):
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(warmstart, "warm_start", fake_warm_start)
-    config = TrainConfig(env="SRPO-Math-v0", workflow="single", out=str(tmp_path))
+    config = TrainConfig(env="SRPO-Math-v0", workflow="single", model="tiny", out=str(tmp_path))
     with pytest.raises(RuntimeError, match="stop here"):
         train.prepare_policy(config, tmp_path, print)
     assert seen["train"] == "train" and seen["eval"] == "validation"

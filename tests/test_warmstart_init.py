@@ -14,17 +14,18 @@ from pathlib import Path
 import pytest
 import torch
 
-import srpo_agents.warmstart as warmstart
+import srpo_agents.tiny.warmstart as warmstart
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
-from srpo_agents.train import warm_start_key
+from srpo_agents.tiny.config import tiny_run
+from srpo_agents.tiny.source import warm_start_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_warmstart_phases import _weights  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-CONFIG = {"env": "SRPO-Math-v0", "workflow": "solve_verify"}
+CONFIG = {"env": "SRPO-Math-v0", "workflow": "solve_verify", "model": "tiny"}
 BUILD = {"minutes": 5, "target": 1.0, "seed": 0, "max_new_tokens": 8, "steps": 2,
          "episodes": 12, "eval_tasks": 2, "batch_size": 8, "env_name": "SRPO-Math-v0"}
 
@@ -91,11 +92,15 @@ def test_an_init_that_is_not_a_tiny_warm_start_is_refused(tmp_path):
                                      {"warmstart_init": "x", "tiny_vocab": 400}])
 def test_init_settings_are_validated(changes):
     with pytest.raises(ValueError, match="warmstart_init="):
-        TrainConfig(**CONFIG, **changes)
+        TrainConfig(**tiny_run(CONFIG, **changes))
 
 
-def test_a_run_from_the_built_warm_start_keeps_the_init_setting():
-    """The harness's runs load the finished warm start as their model and keep the
-    pair's warm-start settings, which then do nothing (as every warmstart_* field)."""
-    config = TrainConfig(**CONFIG, model="some/warmstart", warmstart_init="x")
-    assert config.warmstart_init == "x"
+def test_a_run_from_the_built_warm_start_drops_the_tiny_options():
+    """The harness's runs load the finished warm start as their model: the pair's
+    warm-start settings shaped only that start, so a preset's run from the folder drops
+    them, and a config that gives them to another model is refused by name."""
+    config = TrainConfig(**tiny_run(CONFIG, model="some/warmstart", warmstart_init="x"))
+    assert config.model_options == {}
+    with pytest.raises(ValueError, match="--model some/warmstart takes no options"):
+        TrainConfig(**{**CONFIG, "model": "some/warmstart"},
+                    model_options={"warmstart_init": "x"})

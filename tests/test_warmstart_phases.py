@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
-import srpo_agents.warmstart as warmstart
+import srpo_agents.tiny.warmstart as warmstart
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
-from srpo_agents.train import warm_start_key
+from srpo_agents.tiny.config import tiny_run
+from srpo_agents.tiny.source import warm_start_key
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = {"env": "SRPO-Math-v0", "workflow": "solve_verify"}
+CONFIG = {"env": "SRPO-Math-v0", "workflow": "solve_verify", "model": "tiny"}
 BUILD = {"minutes": 5, "target": 1.0, "seed": 0, "max_new_tokens": 8, "steps": 6,
          "episodes": 12, "eval_tasks": 2, "batch_size": 8, "warmup": 2, "decay": True,
          "focus_roles": ("verifier",), "focus_steps": 5, "save_every": 3,
@@ -149,7 +150,7 @@ def test_the_focus_phase_is_part_of_the_key_only_when_used(tmp_path):
 ])
 def test_focus_settings_are_validated(changes, field):
     with pytest.raises(ValueError, match=field):
-        TrainConfig(**CONFIG, **changes)
+        TrainConfig(**tiny_run(CONFIG, **changes))
 
 
 def test_focus_roles_must_exist(tmp_path):

@@ -36,7 +36,7 @@ from search_track import track_config
 from srpo_agents.envs import env_factory
 from srpo_agents.policy import load_policy
 from srpo_agents.tiny import build_tiny_policy
-from srpo_agents.warmstart import _encode, lr_factor, reference_examples, sft_step
+from srpo_agents.tiny.warmstart import _encode, lr_factor, reference_examples, sft_step
 
 OUT = Path("runs/copy-lab")
 LETTERS = "abcdefghijklmnopqrstuvwxyz"

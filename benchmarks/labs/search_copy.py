@@ -4,7 +4,7 @@ track hinges on, measured alone.
     python benchmarks/labs/search_copy.py [--steps 300] [--seeds 0 1] [--tasks 200]
         [--out runs/search-copy]
 
-Per seed: a warm start of the tiny policy (``srpo_agents.warmstart``; batch 64, lr 3e-3,
+Per seed: a warm start of the tiny policy (``srpo_agents.tiny.warmstart``; batch 64, lr 3e-3,
 20-step warm-up, cosine decay) on the searcher's examples alone, from the compact
 world's oracle trajectories (SRPO-Search-v0 ``search_answer_verify``, one-hop questions,
 no slipped queries). That is the first phase of the search track's curriculum
@@ -29,7 +29,7 @@ from search_track import track_config
 
 from srpo_agents.envs import env_factory
 from srpo_agents.rollout import RolloutEngine
-from srpo_agents.warmstart import warm_start
+from srpo_agents.tiny.warmstart import warm_start
 
 
 def copy_rate(steps: int, seed: int, tasks: int, out: Path, vocab: int = 0) -> dict:

@@ -33,7 +33,14 @@ from srpo_agents.checkpoint import save_pretrained_atomic
 from srpo_agents.envs import env_factory
 from srpo_agents.policy import load_policy
 from srpo_agents.rollout import RolloutEngine
-from srpo_agents.warmstart import DECAY_WARMUP, _encode, lr_factor, reference_examples, sft_step
+from srpo_agents.tiny.source import tiny_config
+from srpo_agents.tiny.warmstart import (
+    DECAY_WARMUP,
+    _encode,
+    lr_factor,
+    reference_examples,
+    sft_step,
+)
 
 READERS = ("answerer", "verifier")
 
@@ -55,7 +62,8 @@ def main() -> None:
                           top_k=1)
     policy = load_policy(str(Path(args.start) / "warmstart"))
     examples = reference_examples(env_factory(config, "train"), episodes=20000, seed=0,
-                                  skill=config.warmstart_skill, env_name=config.env)
+                                  skill=tiny_config(config).warmstart_skill,
+                                  env_name=config.env)
     encoded = _encode(policy, examples)
     readers = [e for e, (role, _, _) in zip(encoded, examples, strict=True) if role in READERS]
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=3e-3, weight_decay=0.01)

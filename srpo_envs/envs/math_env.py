@@ -41,7 +41,9 @@ answer is the last ``\\boxed{...}`` of the deciding text, else its last number
 - a solve event: whether the solver's answer is correct;
 - the parallel solve event: ``info["member_correct"]`` per solver and ``correct`` for
   their majority answer (ties go to the first solver in agent order);
-- the final event: whether the final answer is correct (``info["final_answer"]``).
+- the final event: whether the final answer is correct (``info["final_answer"]``), and
+  ``info["boxed"]``: whether it was read from a non-empty ``\\boxed{}`` (the format the
+  prompts ask for) rather than from a last number.
 
 An optional team cost (``cost_per_token``, off by default; ``srpo_envs.routing``) is
 subtracted from the reward at the last event and reported apart in its info.
@@ -78,7 +80,7 @@ from pathlib import Path
 from typing import Any
 
 from srpo_envs.event_env import EventEnv, EventOutcome
-from srpo_envs.grading import answer_key, answers_match, extract_answer
+from srpo_envs.grading import answer_key, answers_match, boxed, extract_answer
 from srpo_envs.math_tasks import MathTask, check_levels, distinct_tasks, generate_task, load_tasks
 from srpo_envs.routing import (
     Route,
@@ -283,6 +285,7 @@ class MathEnv(EventEnv):
         self._task = task
         self._question = as_data(task.question, self.config.max_question_chars)
         self._round = 0
+        self._boxed: set[str] = set()  # answers read from a box this episode
         self._candidate = ""
         self._route: Route | None = None
         self._route_failures = 0
@@ -300,7 +303,10 @@ class MathEnv(EventEnv):
         return {f"solver_{i}": prompt for i in range(k)}
 
     def _answer_of(self, text: str | None) -> str | None:
-        return extract_answer(text) if text else None
+        answer = extract_answer(text) if text else None
+        if answer and boxed(text):
+            self._boxed.add(answer)
+        return answer
 
     def _is_correct(self, answer: str | None) -> bool:
         return bool(answer) and answers_match(answer, self._task.answer)
@@ -308,7 +314,8 @@ class MathEnv(EventEnv):
     def _final(self, event_type: str, answer: str | None, info: dict) -> EventOutcome:
         correct = self._is_correct(answer)
         info.update(correct=correct, final_answer=answer, gold=self._task.answer,
-                    answer_key=None if answer is None else answer_key(answer))
+                    answer_key=None if answer is None else answer_key(answer),
+                    boxed=bool(answer) and answer in self._boxed)
         reward = self.config.reward_correct if correct else self.config.reward_wrong
         return EventOutcome(event_type, reward=reward, terminated=True, info=info)
 
@@ -361,6 +368,8 @@ class MathEnv(EventEnv):
         """(candidate answer, accepted, corrected answer, info) of a verifier reply."""
         candidate = self._answer_of(self._candidate)
         accepted, corrected = parse_verdict(text or "", candidate)
+        if corrected:  # parse_verdict reads a correction from a box only
+            self._boxed.add(corrected)
         info: dict[str, Any] = {"verdict": "accept" if accepted else "reject",
                                 "candidate_correct": self._is_correct(candidate)}
         info["verifier_right"] = accepted == info["candidate_correct"]

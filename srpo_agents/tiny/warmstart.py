@@ -46,7 +46,7 @@ from srpo_agents.checkpoint import (
 from srpo_agents.evaluate import evaluate
 from srpo_agents.policy import Policy, load_policy
 from srpo_agents.rollout import RolloutEngine
-from srpo_agents.tiny import build_tiny_policy
+from srpo_agents.tiny.model import build_tiny_policy
 from srpo_envs import registry
 
 META = "warmstart.json"
