@@ -98,6 +98,20 @@ def _vllm_sequence_logprobs(engine, ids: list[int], start: int) -> list[float]:
     return [out.prompt_logprobs[i][ids[i]].logprob for i in range(start, len(ids))]
 
 
+def _update_then_probe(engine, policy, rollouts, prompt, fixed, config: LearnerConfig
+                       ) -> tuple[list[float], list[float]]:
+    """One learner update on the rollouts' units (advantages spread over [-1, 1], so the
+    step is real whatever the rewards), then vLLM's log-probs of ``fixed`` after the
+    prompt and the updated learner's own: they should agree."""
+    units, _ = build_units(rollouts, "set")
+    learner = Learner(policy, ALGORITHMS["srpo"], config)
+    assert learner.update(units, torch.linspace(-1, 1, len(units)).numpy())["updates"] == 1
+    engine.policy_version += 1  # what train_step does after an update
+    after = _vllm_sequence_logprobs(engine, fixed, len(prompt))
+    probe = _samples(policy, [(fixed[len(prompt):], after, False)], [prompt])
+    return after, _learner_logprobs(policy, probe, 1.0)[0]
+
+
 def test_weights_follow_the_learner(policy, tmp_path):
     """After one learner update (real episodes, real units, an optimizer step), vLLM's
     log-probs of a fixed sequence equal the updated model's and differ from before."""
@@ -113,14 +127,8 @@ def test_weights_follow_the_learner(policy, tmp_path):
     envs = [make(i) for i in range(8)]
     rollouts = engine.run(envs, [{"task_index": i % 2, "episode_id": f"e{i}"}
                                  for i in range(8)])
-    units, _ = build_units(rollouts, "set")
-    learner = Learner(policy, ALGORITHMS["srpo"], LearnerConfig(lr=1e-2))
-    advantages = torch.linspace(-1, 1, len(units)).numpy()  # a real step, whatever the rewards
-    assert learner.update(units, advantages)["updates"] == 1
-    engine.policy_version += 1  # what train_step does after an update
-    after = _vllm_sequence_logprobs(engine, fixed, len(prompt))
-    sample = _samples(policy, [(fixed[len(prompt):], after, False)], [prompt])
-    expected = _learner_logprobs(policy, sample, 1.0)[0]
+    after, expected = _update_then_probe(engine, policy, rollouts, prompt, fixed,
+                                         LearnerConfig(lr=1e-2))
     assert max(abs(a - b) for a, b in zip(after, expected, strict=True)) < LOGPROB_TOLERANCE
     assert max(abs(a - b) for a, b in zip(after, before, strict=True)) > 100 * LOGPROB_TOLERANCE
 
@@ -278,13 +286,7 @@ def test_real_model_logprobs_match_the_learner_and_weights_follow(tmp_path):
     prompt = samples[0].prompt_ids
     fixed = prompt + samples[0].response_ids
     before = _vllm_sequence_logprobs(engine, fixed, len(prompt))
-    units, _ = build_units(rollouts, "set")
-    learner = Learner(policy, ALGORITHMS["srpo"], LearnerConfig(lr=1e-4, microbatch_rows=8))
-    advantages = torch.linspace(-1, 1, len(units)).numpy()  # a real step, whatever the rewards
-    assert learner.update(units, advantages)["updates"] == 1
-    engine.policy_version += 1  # what train_step does after an update
-    after = _vllm_sequence_logprobs(engine, fixed, len(prompt))
-    probe = _samples(policy, [(fixed[len(prompt):], after, False)], [prompt])
-    expected = _learner_logprobs(policy, probe, 1.0)[0]
+    after, expected = _update_then_probe(engine, policy, rollouts, prompt, fixed,
+                                         LearnerConfig(lr=1e-4, microbatch_rows=8))
     assert max(abs(a - b) for a, b in zip(after, expected, strict=True)) < REAL_TOLERANCE
     assert max(abs(a - b) for a, b in zip(after, before, strict=True)) > 10 * REAL_TOLERANCE
