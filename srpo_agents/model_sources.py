@@ -18,8 +18,9 @@ The cache is ``$SRPO_CACHE_DIR`` or ``~/.cache/srpo`` (``models/``).
 A model that is built rather than loaded is a plug-in (``PLUGINS``, ``model_source``):
 an object with ``options`` (the dataclass of its own settings, which a run records in
 ``TrainConfig.model_options``, or None), ``compact_prompts``, ``prepare(config, run_dir,
-log) -> (policy, meta)`` and ``owns(folder)`` (a saved model folder is one of its models,
-so ``srpo eval`` on it uses this source's settings). The
+log) -> (policy, meta)``, ``rank_options(config)`` (a data-parallel rank's options) and
+``owns(folder)`` (a saved model folder is one of its models, so ``srpo eval`` on it uses
+this source's settings). The
 test-scale ``tiny`` model is the one plug-in here (``srpo_agents.tiny``); every other
 name goes to ``PretrainedSource``, which loads what ``resolve_model`` finds.
 """
@@ -134,6 +135,11 @@ class PretrainedSource:
         device = resolve_device(config.device)
         return load_policy(config.model, device=device,
                            dtype=resolve_dtype(config.dtype, device)), {}
+
+    @staticmethod
+    def rank_options(config) -> dict:
+        """The options of a data-parallel rank other than 0 (whose --out is its own)."""
+        return dict(config.model_options)
 
 
 def model_source(name: str):

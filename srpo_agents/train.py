@@ -276,9 +276,7 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
 
         rank, world = init_data_parallel()
         if rank:  # every rank keeps its own files; rank 0's are the run's
-            options = dict(config.model_options)
-            if "warmstart_dir" in options:  # the tiny model: every rank loads rank 0's
-                options["warmstart_dir"] = options["warmstart_dir"] or config.out
+            options = model_source(config.model).rank_options(config)
             config = dataclasses.replace(config, out=str(Path(config.out) / f"rank-{rank}"),
                                          model_options=options)
             log = _quiet

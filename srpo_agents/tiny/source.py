@@ -45,6 +45,12 @@ class TinySource:
         return warm_start(**warm_start_args(config, run_dir), check_only=True)[1]
 
     @staticmethod
+    def rank_options(config) -> dict:
+        """A data-parallel rank's options: every rank loads rank 0's warm start."""
+        return {**config.model_options,
+                "warmstart_dir": config.model_options["warmstart_dir"] or config.out}
+
+    @staticmethod
     def owns(folder: Path) -> bool:
         """Whether a saved model folder holds a tiny model (a byte-level vocabulary);
         role adapters: their base decides."""
