@@ -4,16 +4,7 @@ the clip fraction by update, and the forest plot and learning curves.
 
 Every difference is A minus B on the same held-out tasks, paired by seed (the runs of
 one seed share their start, their "before" evaluation and their step-0 rollouts) and by
-task within a seed. Its standard error includes the seed-to-seed spread: the larger of
-a two-level bootstrap (seeds with replacement, then tasks with replacement within each
-drawn seed) and the between-seed standard error. "ahead"/"behind" only beyond
-max(2, t) of them, t the two-sided 95% quantile of Student's t with seeds - 1 degrees
-of freedom (4.30 for 3 seeds), and with every seed agreeing in sign; otherwise "within
-noise", with the number of seeds at which the observed difference would clear that bar
-if the standard error shrank as 1/sqrt(seeds). Why t and not 2: with 3 seeds the
-between-seed spread is estimated from 2 degrees of freedom, and at 2 standard errors a
-simulated null difference (seed spread 0.03, task noise 0.3, 500 tasks) was called in
-about one comparison in seven (``benchmarks/verdict_false_calls.py`` measures it).
+task within a seed; ``srpo_agents.verdicts`` computes its standard error and decides it.
 """
 
 from __future__ import annotations
@@ -24,80 +15,20 @@ from pathlib import Path
 
 import numpy as np
 
-BOOTSTRAP_DRAWS = 4000
+from srpo_agents.verdicts import Floor, common_seeds, diff_cell, difference, seeds_for
+
 DELTAS = (0.01, 0.02)  # the differences the noise floor is asked to resolve
-# Two-sided 95% quantiles of Student's t by degrees of freedom (beyond 10: 2 is used).
-T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
-         10: 2.23}
-
-
-def bar(seeds: int) -> float:
-    """How many standard errors a difference over ``seeds`` seeds must clear."""
-    return max(2.0, T_975.get(seeds - 1, 2.0))
 
 
 def _by_seed(rows: list[dict]) -> dict[int, dict]:
     return {r["seed"]: r for r in rows}
 
 
-def pooled_difference(rows_a: list[dict], rows_b: list[dict], key: str = "per_task_avg",
-                      key_b: str | None = None) -> dict:
-    """A minus B pooled over their common seeds (see the module docstring). ``key``
-    names each row's per-task list (``key_b`` B's, when it differs)."""
-    a, b = _by_seed(rows_a), _by_seed(rows_b)
-    seeds = sorted(set(a) & set(b))
-    if not seeds:
-        raise ValueError("pooled_difference: the two sets of runs share no seed")
-    diffs = []
-    for s in seeds:
-        x, y = np.asarray(a[s][key], float), np.asarray(b[s][key_b or key], float)
-        if x.shape != y.shape:
-            raise ValueError(f"seed {s}: {len(x)} tasks against {len(y)}; a paired "
-                             f"difference needs the same held-out tasks")
-        diffs.append(x - y)
-    per_seed = [float(d.mean()) for d in diffs]
-    per_seed_se = [float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else 0.0
-                   for d in diffs]
-    pooled = statistics.mean(per_seed)
-    between = statistics.stdev(per_seed) / math.sqrt(len(seeds)) if len(seeds) > 1 else 0.0
-    rng = np.random.default_rng(0)
-    stack = np.stack(diffs)                                            # [S, n]
-    n_seeds, n_tasks = stack.shape
-    draws = np.empty(BOOTSTRAP_DRAWS)
-    for i in range(BOOTSTRAP_DRAWS):
-        rows = rng.integers(0, n_seeds, n_seeds)
-        cols = rng.integers(0, n_tasks, (n_seeds, n_tasks))
-        draws[i] = stack[rows[:, None], cols].mean()
-    boot = float(draws.std(ddof=1))
-    se = max(between, boot)
-    agree = all(d > 0 for d in per_seed) or all(d < 0 for d in per_seed)
-    called = len(seeds) > 1 and agree and abs(pooled) > bar(len(seeds)) * se
-    verdict = ("ahead" if pooled > 0 else "behind") if called else "within noise"
-    out = {"diff": pooled, "se": se, "between_se": between, "bootstrap_se": boot,
-           "per_seed": per_seed, "per_seed_se": per_seed_se, "seeds": seeds,
-           "verdict": verdict, "bar": bar(len(seeds)), "seeds_to_separate": None}
-    if not called and pooled and se:
-        out["seeds_to_separate"] = next(
-            (n for n in range(len(seeds) + 1, 1001)
-             if abs(pooled) > bar(n) * se * math.sqrt(len(seeds) / n)), None)
-    return out
-
-
-def diff_cell(d: dict) -> str:
-    seeds = " ".join(f"{x:+.3f}" for x in d["per_seed"])
-    cell = f"{d['diff']:+.3f} ± {d['se']:.3f} (seeds: {seeds}) **{d['verdict']}**"
-    if d["seeds_to_separate"]:
-        cell += f"; ~{d['seeds_to_separate']} seeds would separate it"
-    elif d["verdict"] == "within noise" and d["diff"]:
-        cell += "; over 1,000 seeds would separate it"
-    return cell
-
-
 def _difference(rows_a: list[dict], rows_b: list[dict]) -> dict | None:
-    """``pooled_difference``, or None when the two share no seed yet (a partial run)."""
-    if not set(_by_seed(rows_a)) & set(_by_seed(rows_b)):
+    """``difference``, or None when the two share no seed yet (a partial run)."""
+    if not common_seeds(rows_a, rows_b):
         return None
-    return pooled_difference(rows_a, rows_b)
+    return difference(rows_a, rows_b)
 
 
 def _select(rows: list[dict], pair, algo: str, checkpoint: str = "after",
@@ -121,18 +52,13 @@ def noise_floor(rows: list[dict], pair, algo: str) -> dict | None:
     a, b, s0 = _by_seed(first), _by_seed(twin), _by_seed(start)
     gains = [(a[s]["avg_at_k"] - s0[s]["avg_at_k"], b[s]["avg_at_k"] - s0[s]["avg_at_k"])
              for s in seeds]
-    gap = pooled_difference([a[s] for s in seeds], [b[s] for s in seeds])
-    sigma = math.sqrt(statistics.mean(g * g for g in gap["per_seed"]) / 2)
-    return {"seeds": seeds, "gains": gains, "gap": gap, "sigma": sigma,
+    gap = difference([a[s] for s in seeds], [b[s] for s in seeds])
+    floor = Floor.from_twin_gaps(gap["per_seed"])
+    return {"seeds": seeds, "gains": gains, "gap": gap, "sigma": floor.sigma, "floor": floor,
             "task_se": statistics.mean(gap["per_seed_se"]) / math.sqrt(2),
-            "seeds_for": {delta: seeds_for(delta, sigma) for delta in DELTAS}}
-
-
-def seeds_for(delta: float, sigma: float) -> int | None:
-    """Seeds at which a true difference ``delta`` between two algorithms clears the
-    verdict's bar, given one run's spread ``sigma`` (None: more than 1,000)."""
-    return next((n for n in range(2, 1001)
-                 if delta > bar(n) * math.sqrt(2) * sigma / math.sqrt(n)), None)
+            # two algorithms' one-seed difference spreads sqrt(2) sigma
+            "seeds_for": {delta: seeds_for(delta, math.sqrt(2) * floor.sigma)
+                          for delta in DELTAS}}
 
 
 def _noise_lines(rows, pairs, reference) -> list[str]:
@@ -246,7 +172,7 @@ def _reference_lines(rows, references, reference) -> list[str]:
         lines.append(f"| {team[0]} | {single_label}: one agent, trained alone | "
                      f"{mean(r['avg_at_k'] for r in single):.3f} | "
                      f"{mean(r['tokens_per_task'] for r in single):.0f} | "
-                     f"{diff_cell(pooled_difference(trained, single))} |")
+                     f"{diff_cell(difference(trained, single))} |")
         if voted:
             size = voted[0]["majority"]["size"]
             lines.append(
@@ -259,7 +185,7 @@ def _reference_lines(rows, references, reference) -> list[str]:
 
 def _vote_difference(team: list[dict], voted: list[dict]) -> dict:
     shadow = [{"seed": r["seed"], "per_task_avg": r["majority"]["per_task"]} for r in voted]
-    return pooled_difference(team, shadow)
+    return difference(team, shadow)
 
 
 def _clip_lines(rows, pairs, algos) -> list[str]:

@@ -28,8 +28,8 @@ from harness import _map, _pool, before_job, run_job, warm_start_job
 from machine import describe
 from math_team import math_demo_config as demo_config
 
-from srpo_agents.evaluate import paired_difference
 from srpo_agents.tiny.config import with_tiny
+from srpo_agents.verdicts import task_difference
 
 RESULTS = Path(__file__).resolve().parent / "results" / "demo_sweep.md"
 
@@ -89,7 +89,7 @@ def main() -> None:
         config = json.loads((run_dir / "summary.json").read_text())["config"]
         rows.append({"lr": cell["lr"], "updates_per_step": cell["updates"],
                      "eps_high": config["eps_high"], "beta": config["beta"],
-                     "difference": paired_difference(before, summary["after"]),
+                     "difference": task_difference(before, summary["after"]),
                      "after": {k: summary["after"][k] for k in
                                ("avg_at_k", "avg_at_k_stderr", "pass_at_k", "pass_at_k_stderr")},
                      **{key: statistics.mean(s.get(key, 0.0) for s in last)

@@ -53,7 +53,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from compare_report import compare_lines, write_compare_plots
+from compare_report import compare_lines, noise_floor, write_compare_plots
 from machine import describe
 from math_team import MATH_DEMO
 from search_track import WARM_ROOT, track_settings
@@ -64,11 +64,17 @@ from srpo_agents.config import TrainConfig, same_settings
 from srpo_agents.metrics_log import read_metrics_rows, write_json_lines_atomic
 from srpo_agents.objective import ALGORITHMS
 from srpo_agents.tiny.config import tiny_run
+from srpo_agents.verdicts import contrast, diff_cell, difference
 
 ALL_ALGOS = sorted(ALGORITHMS)
 DATA = default_data_dir()
 REFERENCE = "srpo"
 KAPPA_ABLATION = ("srpo", "srpo_sum", "srpo_mean")  # kappa = 1/sqrt K, 1, 1/K
+RULE = ("Verdicts by `srpo_agents/verdicts.py`: over several seeds \"ahead\"/\"behind\" "
+        "only beyond max(2, t) standard errors (bootstrap over seeds and tasks, or the "
+        "between-seed SE if larger) with every seed agreeing in sign, else \"within "
+        "noise\"; a one-seed difference gives its per-task SE and is not called, since it "
+        "says nothing of run-to-run spread.")
 COUNTDOWN_BASE = dict(model="tiny", steps=40, group_size=8, tasks_per_step=16, lr=3e-5,
                       epochs=1, minibatch_units=64, eps_high=0.28, difficulty=(0, 1),
                       max_new_tokens=16, eval_tasks=500, eval_k=4, n_agents=3,
@@ -682,41 +688,56 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
     write_table([r for r in rows if not r.get("rollout_seed")], out / "table.md", command,
                 0.0 if report_only else time.monotonic() - started,
                 [c for c in preset.get("compare", []) if c[0] in {e for e, _ in preset["pairs"]}],
-                extra, note)
+                extra, note, twin_floors(rows, preset))
     write_plots([r for r in rows if not r.get("rollout_seed")], out)
     if preset.get("team_pairs"):
         write_compare_plots(rows, preset, out, REFERENCE)
     return rows
 
 
+def retable(folder: Path) -> None:
+    """Rewrite ``folder/table.md`` from its committed ``results.jsonl`` under today's rules,
+    keeping what the old table says of how the rows were made: its command, machine,
+    wall time and note. Runs nothing."""
+    old = (folder / "table.md").read_text(encoding="utf-8").splitlines()
+    command = next(line for line in old if line.startswith("Command: "))[10:-1]
+    at = next(i for i, line in enumerate(old) if line.startswith("Machine: "))
+    machine = old[at][len("Machine: "):].split(". Wall time: ")[0]
+    minutes = old[at].split("Wall time: ")[1].split(" min for this invocation")
+    seconds = float(minutes[0]) * 60 if len(minutes) > 1 else 0.0
+    note = "\n".join(line for line in old[old.index(f"Command: `{command}`") + 1:at]
+                     if line.strip())
+    words = command.split()
+    preset = dict(PRESETS[words[words.index("--preset") + 1]])
+    for flag, index in (("--envs", 0), ("--labels", 1)):
+        if flag in words:
+            chosen = set(words[words.index(flag) + 1:])
+            preset["pairs"] = [p for p in preset["pairs"] if p[index] in chosen]
+    rows = [json.loads(line) for line in (folder / "results.jsonl").open(encoding="utf-8")]
+    extra = compare_lines(rows, preset, REFERENCE, KAPPA_ABLATION) if preset.get(
+        "team_pairs") else []
+    write_table([r for r in rows if not r.get("rollout_seed")], folder / "table.md", command,
+                seconds, [c for c in preset.get("compare", [])
+                          if c[0] in {e for e, _ in preset["pairs"]}],
+                extra, note, twin_floors(rows, preset), machine)
+
+
 # ---------------------------------------------------------------- the table
+
+def twin_floors(rows: list[dict], preset: dict) -> dict:
+    """{pair: Floor} for the pairs whose reference ran twins (the comparison preset)."""
+    floors = {}
+    for pair in {(r["env"], r["workflow"]) for r in rows if r.get("rollout_seed")}:
+        found = noise_floor(rows, pair, REFERENCE)
+        if found:
+            floors[pair] = found["floor"]
+    return floors
+
 
 def _mean_std(values: list[float]) -> str:
     if len(values) == 1:
         return f"{values[0]:.3f}"
     return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
-
-
-def paired_difference(rows_a: list[dict], rows_b: list[dict]) -> dict[str, float]:
-    """avg@k of A minus B, paired by seed (and by task within a seed).
-
-    ``seed_se``: the standard error of the mean difference over seeds (training noise and
-    evaluation noise together; few seeds make it rough). ``task_se``: the standard error
-    of the per-task differences pooled over seeds (evaluation noise only). A difference is
-    called only when it exceeds twice the larger of the two."""
-    by_seed_b = {r["seed"]: r for r in rows_b}
-    seeds = sorted(r["seed"] for r in rows_a if r["seed"] in by_seed_b)
-    by_seed_a = {r["seed"]: r for r in rows_a}
-    diffs = [by_seed_a[s]["avg_at_k"] - by_seed_b[s]["avg_at_k"] for s in seeds]
-    per_task = [x - y for s in seeds for x, y in zip(
-        by_seed_a[s]["per_task_avg"], by_seed_b[s]["per_task_avg"], strict=True)]
-    mean = statistics.mean(diffs)
-    seed_se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
-    task_se = statistics.stdev(per_task) / math.sqrt(len(per_task)) if len(per_task) > 1 else 0.0
-    noise = 2 * max(seed_se, task_se)
-    verdict = "within noise" if abs(mean) <= noise else ("ahead" if mean > 0 else "behind")
-    return {"diff": mean, "seed_se": seed_se, "task_se": task_se, "verdict": verdict,
-            "seeds": len(seeds)}
 
 
 def _start_rows(rows: list[dict], pair: tuple[str, str]) -> list[dict]:
@@ -734,16 +755,20 @@ def _pair_rows(rows: list[dict], pair: tuple[str, str], algo: str, checkpoint: s
             and r["checkpoint"] == checkpoint]
 
 
-def _diff_cell(d: dict[str, float]) -> str:
-    return f"{d['diff']:+.3f} (±{d['seed_se']:.3f} seeds, ±{d['task_se']:.3f} tasks) {d['verdict']}"
-
-
 def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0,
                 comparisons: list[tuple[str, str, str]] = (), extra: list[str] = (),
-                note: str = "") -> None:
+                note: str = "", floors: dict | None = None, machine: str = "") -> None:
     """``comparisons``: (env, pair label, pair label) whose trained runs are compared;
     ``extra``: lines appended (the comparison preset's verdicts); ``note``: a paragraph
-    under the command (rows it did not run)."""
+    under the command (rows it did not run); ``floors``: {pair: verdicts.Floor} where
+    twin runs measured one (a one-seed difference there may be called against it);
+    ``machine``: where the rows ran (default: this machine)."""
+    floors = floors or {}
+
+    def cell(rows_a: list[dict], rows_b: list[dict], pair, independent: bool = True) -> str:
+        return diff_cell(difference(rows_a, rows_b, floor=floors.get(pair),
+                                    independent=independent))
+
     after = [r for r in rows if r["checkpoint"] == "after"]
     pairs = sorted({(r["env"], r["workflow"]) for r in after})
     algos = sorted({r["algo"] for r in after})
@@ -752,7 +777,7 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
     run_minutes = sum(r["wall_time_s"] for r in after if not r.get("same_as")) / 60
     lines = ["# Paired comparison", "", f"Command: `{command}`", "",
              *([note, ""] if note else []),
-             f"Machine: {describe()}. Wall time: "
+             f"Machine: {machine or describe()}. Wall time: "
              + (f"{seconds / 60:.0f} min for this invocation; " if seconds > 60 else "")
              + f"{run_minutes:.0f} min summed over the "
              f"{sum(not r.get('same_as') for r in after)} runs (warm starts and "
@@ -799,8 +824,7 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
         lines.append(f"| {algo} | {statistics.mean(avg):.3f} | {statistics.mean(pas):.3f} |")
     if REFERENCE in algos and len(algos) > 1 and not extra:
         lines += ["", f"{REFERENCE} minus each algorithm, held-out avg@k after training, paired "
-                  "by seed and task. \"ahead\"/\"behind\" only where the difference exceeds "
-                  "twice the larger standard error; otherwise \"within noise\".", "",
+                  "by seed and task. " + RULE, "",
                   "| env | workflow | vs | difference |", "|---|---|---|---|"]
         for pair in pairs:
             ref = _pair_rows(rows, pair, REFERENCE, "after")
@@ -808,7 +832,7 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
                 other = _pair_rows(rows, pair, algo, "after")
                 if algo != REFERENCE and ref and other:
                     lines.append(f"| {pair[0]} | {pair[1]} | {algo} | "
-                                 f"{_diff_cell(paired_difference(ref, other))} |")
+                                 f"{cell(ref, other, pair)} |")
     if not extra:  # the comparison preset's verdicts (extra) replace these tables
         lines += ["", "Each algorithm after training minus the shared start (did training "
                   "move held-out accuracy at this budget?):", "",
@@ -819,7 +843,7 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
                 start = _pair_rows(rows, pair, algo, "before")
                 if trained and start:
                     lines.append(f"| {pair[0]} | {pair[1]} | {algo} | "
-                                 f"{_diff_cell(paired_difference(trained, start))} |")
+                                 f"{cell(trained, start, pair, independent=False)} |")
     if comparisons:
         lines += ["", "Pair against pair after training (the same algorithm, held-out tasks, "
                   "seeds and budget), paired by seed and task:", "",
@@ -830,19 +854,19 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
                 rows_b = _pair_rows(rows, (env, b), algo, "after")
                 if rows_a and rows_b:
                     lines.append(f"| {env} | {algo} | {a} - {b} | "
-                                 f"{_diff_cell(paired_difference(rows_a, rows_b))} |")
+                                 f"{cell(rows_a, rows_b, None)} |")
     if set(KAPPA_ABLATION) <= set(algos) and not extra:
         lines += ["", "Kappa ablation (the paper's ordering: 1/sqrt K above sum above mean):",
                   "", "| env | workflow | srpo - srpo_sum | srpo_sum - srpo_mean | "
                   "ordering held? |", "|---|---|---|---|---|"]
         for pair in pairs:
             sel = {a: _pair_rows(rows, pair, a, "after") for a in KAPPA_ABLATION}
-            top = paired_difference(sel["srpo"], sel["srpo_sum"])
-            low = paired_difference(sel["srpo_sum"], sel["srpo_mean"])
+            top = difference(sel["srpo"], sel["srpo_sum"], floor=floors.get(pair))
+            low = difference(sel["srpo_sum"], sel["srpo_mean"], floor=floors.get(pair))
             held = ("yes" if top["verdict"] == low["verdict"] == "ahead" else
                     "contradicted" if "behind" in (top["verdict"], low["verdict"]) else
                     "not separated")
-            lines.append(f"| {pair[0]} | {pair[1]} | {_diff_cell(top)} | {_diff_cell(low)} | "
+            lines.append(f"| {pair[0]} | {pair[1]} | {diff_cell(top)} | {diff_cell(low)} | "
                          f"{held} |")
     lines += _benchmark_lines(rows, pairs, algos)
     lines += _routing_lines(rows, pairs)
@@ -944,7 +968,8 @@ def route_k_by_level(group: list[dict]) -> dict[str, dict[str, float]]:
 
 def _route_level_lines(routed: list[tuple[tuple[str, str], list[dict]]]) -> list[str]:
     """Whether harder tasks (more hops, a higher level) get bigger teams: mean K by
-    level, and the hardest level's minus the easiest's, called beyond 2 standard errors."""
+    level, and the hardest level's minus the easiest's (``verdicts.contrast``: about the
+    trained policies' behaviour, so their evaluation's standard error decides it)."""
     lines = ["", "Mean chosen K by level (search: hops), ± its standard error over tasks; "
              "the hardest level's minus the easiest's, called beyond 2 standard errors:", "",
              "| env | pair | algo | checkpoint | mean K by level | hardest - easiest | "
@@ -962,8 +987,8 @@ def _route_level_lines(routed: list[tuple[tuple[str, str], list[dict]]]) -> list
                 low, high = by_level[levels[0]], by_level[levels[-1]]
                 diff = high["mean_k"] - low["mean_k"]
                 se = math.hypot(high["se"], low["se"])
-                call = ("bigger teams" if diff > 2 * se else "smaller teams"
-                        if diff < -2 * se else "no difference beyond noise")
+                call = {"higher": "bigger teams", "lower": "smaller teams"}.get(
+                    contrast(diff, se), "no difference beyond noise")
                 lines.append(
                     f"| {env} | {label} | {algo} | {checkpoint} | "
                     + "; ".join(f"{name.format(lv)}: {by_level[lv]['mean_k']:.2f} ± "
@@ -1084,7 +1109,15 @@ def main() -> None:
                         help="run only these of the preset's seeds")
     parser.add_argument("--report", action="store_true",
                         help="run nothing: write the table and plots over the finished runs")
+    parser.add_argument("--retable", nargs="+", type=Path, default=[], metavar="FOLDER",
+                        help="run nothing: rewrite these folders' table.md from their "
+                        "results.jsonl under today's verdict rule")
     args = parser.parse_args()
+    if args.retable:
+        for folder in args.retable:
+            retable(folder)
+            print(f"rewrote {folder / 'table.md'}")
+        return
     if args.workers < 1:
         sys.exit(f"--workers={args.workers}: expected an int >= 1")
     known = {env for env, _ in PRESETS[args.preset]["pairs"]}

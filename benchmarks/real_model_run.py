@@ -34,8 +34,8 @@ from machine import describe, write_results
 
 from srpo_agents.checkpoint import has_checkpoint
 from srpo_agents.config import TrainConfig, same_settings
-from srpo_agents.evaluate import paired_difference
 from srpo_agents.train import train
+from srpo_agents.verdicts import task_difference
 
 BASE = dict(env="SRPO-Math-v0", difficulty=(1,), model="smollm2-135m-instruct",
             max_new_tokens=128, max_turns=1, tasks_per_step=4, group_size=8, epochs=1,
@@ -101,7 +101,7 @@ def report(args, summaries: dict[str, dict]) -> None:
     data = {}
     for name, summary in summaries.items():
         before, after = summary["before"], summary["after"]
-        diff = paired_difference(before, after)
+        diff = task_difference(before, after)
         wall = summary.get("time_breakdown", {}).get("total", 0.0)
         lines.append(
             f"| {name} | {RUNS[name]} | {before['avg_at_k']:.3f} | {after['avg_at_k']:.3f} | "

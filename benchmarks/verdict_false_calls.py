@@ -3,7 +3,7 @@
 Simulated A-minus-B per-task differences with no true effect: per seed a training
 offset drawn with sd ``--seed-sd`` (the run-to-run spread), plus per-task noise with sd
 ``--task-sd`` (a per-task avg@4 difference spreads about 0.3 on the demo's tasks), over
-500 tasks and 3 seeds. Each case is judged by ``compare_report.pooled_difference`` under
+500 tasks and 3 seeds. Each case is judged by ``srpo_agents.verdicts.difference`` under
 its bar (max(2, t quantile)) and under a bar of 2 standard errors, the rule first used.
 
     python benchmarks/verdict_false_calls.py [--trials 300]
@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import argparse
 
-import compare_report
 import numpy as np
 from machine import write_results
+
+from srpo_agents import verdicts
 
 
 def trial(rng, seeds: int, tasks: int, seed_sd: float, task_sd: float) -> dict:
@@ -25,7 +26,7 @@ def trial(rng, seeds: int, tasks: int, seed_sd: float, task_sd: float) -> dict:
     a = [{"seed": s, "per_task_avg": list(offsets[s] + rng.normal(0, task_sd, tasks))}
          for s in range(seeds)]
     b = [{"seed": s, "per_task_avg": [0.0] * tasks} for s in range(seeds)]
-    return compare_report.pooled_difference(a, b)
+    return verdicts.difference(a, b)
 
 
 def main() -> None:
@@ -34,7 +35,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=300)
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
-    compare_report.BOOTSTRAP_DRAWS = 500  # the SE to about 3%; the rates are what matter
+    verdicts.BOOTSTRAP_DRAWS = 500  # the SE to about 3%; the rates are what matter
     rng = np.random.default_rng(0)
     rows = []
     for seed_sd, task_sd in ((0.03, 0.3), (0.0, 0.3), (0.03, 0.0)):
@@ -47,7 +48,7 @@ def main() -> None:
         rows.append({"seed_sd": seed_sd, "task_sd": task_sd, "trials": args.trials,
                      "called_at_t": calls["t"] / args.trials,
                      "called_at_2": calls["two"] / args.trials})
-    bar = compare_report.bar(args.seeds)
+    bar = verdicts.bar(args.seeds)
     lines = ["# False calls of the verdict rule (no true difference)", "",
              f"Command: `python benchmarks/verdict_false_calls.py --trials {args.trials}"
              f" --seeds {args.seeds}`", "",

@@ -55,6 +55,7 @@ from srpo_agents.search_recipe import WARM_ROOT, track_settings, warm_folder
 from srpo_agents.tiny.config import tiny_run
 from srpo_agents.tiny.source import warm_start_status
 from srpo_agents.train import held_out, make_engine, plot_curve, prepare_policy, train
+from srpo_agents.verdicts import cleared
 
 ENV, WORKFLOW = "SRPO-Search-v0", "search_answer_verify"
 REPO = Path(__file__).resolve().parents[1]
@@ -214,7 +215,7 @@ def redraw_curve(config: TrainConfig, start_policy: Policy, summary: dict) -> No
 
 def verdict_line(difference: dict, k: int) -> str:
     gain, z = difference["avg_at_k"], difference["avg_at_k_z"]
-    met = gain >= BAR[0] and z >= BAR[1]
+    met = cleared(difference, *BAR)
     return (f"Verdict: {'LEARNED' if met else 'below the bar'}: held-out avg@{k} "
             f"{gain:+.3f} ± {difference['avg_at_k_stderr']:.3f} ({z:+.1f} SE) "
             f"{'meets' if met else 'misses'} the demo's bar (>= +{BAR[0]} and >= {BAR[1]:.0f} SE).")

@@ -152,26 +152,3 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
 
 def eval_pool(make_env: Callable[[int], Any], size: int, seed: int) -> list:
     return [make_env(seed * 1_000_003 + i) for i in range(size)]
-
-
-def paired_difference(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
-    """After minus before on the same tasks, with the standard error of the per-task
-    differences (paired: task difficulty cancels, so it is far smaller than the two
-    results' own standard errors combined). Keys: ``avg_at_k``, ``avg_at_k_stderr``,
-    ``pass_at_k``, ``pass_at_k_stderr``, ``tasks``, and ``avg_at_k_z`` (the difference
-    in standard errors)."""
-    out: dict[str, float] = {}
-    for key in ("avg", "pass"):
-        a = np.array(after[f"per_task_{key}"])
-        b = np.array(before[f"per_task_{key}"])
-        if a.shape != b.shape:
-            raise ValueError(f"per_task_{key}: {len(b)} tasks before, {len(a)} after; a "
-                             f"paired difference needs the same tasks")
-        diff = a - b
-        n = len(diff)
-        out[f"{key}_at_k"] = float(diff.mean())
-        out[f"{key}_at_k_stderr"] = float(diff.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
-    out["tasks"] = len(before["per_task_avg"])
-    se = out["avg_at_k_stderr"]
-    out["avg_at_k_z"] = out["avg_at_k"] / se if se > 0 else 0.0
-    return out

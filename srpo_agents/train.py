@@ -40,7 +40,7 @@ from srpo_agents.checkpoint import (
 )
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
-from srpo_agents.evaluate import episode_correct, eval_pool, evaluate, paired_difference
+from srpo_agents.evaluate import episode_correct, eval_pool, evaluate
 from srpo_agents.events import build_units
 from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.metrics_log import append_json_line, read_metrics_rows, write_json_lines_atomic
@@ -49,6 +49,7 @@ from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_agents.policy import Policy
 from srpo_agents.rollout import RolloutEngine
 from srpo_agents.routing_stats import plot_routing, routing_summary
+from srpo_agents.verdicts import task_difference
 
 
 def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dict]:
@@ -424,7 +425,7 @@ def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
         board.close()
     log(f"after: avg@{config.eval_k} {after['avg_at_k']:.3f} (+-{after['avg_at_k_stderr']:.3f}), "
         f"pass@{config.eval_k} {after['pass_at_k']:.3f}")
-    difference = paired_difference(before, after)
+    difference = task_difference(before, after)
     log(f"after - before (paired over {difference['tasks']} tasks): avg@{config.eval_k} "
         f"{difference['avg_at_k']:+.3f} +- {difference['avg_at_k_stderr']:.3f} "
         f"({difference['avg_at_k_z']:+.1f} SE), pass@{config.eval_k} "

@@ -17,7 +17,6 @@ from srpo_agents.train import held_out, train
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from compare_report import pooled_difference  # noqa: E402
 from harness import PRESETS, pair_algos, pair_settings, run_preset  # noqa: E402
 
 COMPARE = PRESETS["compare"]
@@ -88,30 +87,6 @@ def test_the_weight_check_can_fail(fresh_model, tmp_path):
     a = _two_steps(fresh_model, tmp_path, "SRPO-Math-v0", "parallel", "srpo")
     b = _two_steps(fresh_model, tmp_path, "SRPO-Math-v0", "parallel", "grpo")
     assert not _identical(a, b)
-
-
-def test_pooled_difference_calls_only_agreeing_seeds_beyond_two_se():
-    def rows(values_by_seed):
-        return [{"seed": s, "per_task_avg": v} for s, v in values_by_seed.items()]
-
-    zeros = rows({s: [0.0] * 200 for s in range(3)})
-    ahead = rows({s: [0.1 + 0.01 * (t % 3) for t in range(200)] for s in range(3)})
-    d = pooled_difference(ahead, zeros)
-    assert d["verdict"] == "ahead" and d["diff"] == pytest.approx(0.1 + 0.01 * 199 / 200)
-    assert d["se"] >= d["between_se"] and d["se"] >= d["bootstrap_se"]
-    # one seed the other way round: never called, whatever its size
-    mixed = rows({0: [0.3] * 200, 1: [0.3] * 200, 2: [-0.05] * 200})
-    d = pooled_difference(mixed, zeros)
-    assert d["verdict"] == "within noise" and d["per_seed"] == pytest.approx([0.3, 0.3, -0.05])
-    assert d["seeds_to_separate"] >= 4
-    # the seed spread enters the standard error even when every task agrees
-    spread = rows({0: [0.01] * 200, 1: [0.05] * 200, 2: [0.09] * 200})
-    d = pooled_difference(spread, zeros)
-    assert d["se"] == pytest.approx(d["between_se"], rel=0.5) and d["se"] > 0.01
-    with pytest.raises(ValueError, match="same held-out tasks"):
-        pooled_difference(rows({0: [0.0] * 3}), rows({0: [0.0] * 4}))
-    with pytest.raises(ValueError, match="share no seed"):
-        pooled_difference(rows({0: [0.0]}), rows({1: [0.0]}))
 
 
 def test_majority_vote_is_exact_over_subsets():

@@ -288,20 +288,6 @@ def test_cli_smoke_two_steps(tiny_dir, tmp_path, env_args):
     assert "pass@2" in evaluated.stdout
 
 
-def test_paired_difference_by_hand():
-    from srpo_agents.evaluate import paired_difference
-
-    before = {"per_task_avg": [0.0, 0.5, 0.25], "per_task_pass": [0.0, 1.0, 1.0]}
-    after = {"per_task_avg": [0.5, 0.5, 0.75], "per_task_pass": [1.0, 1.0, 1.0]}
-    d = paired_difference(before, after)
-    # differences 0.5, 0, 0.5: mean 1/3, sample std sqrt(1/12), se sqrt(1/12)/sqrt(3) = 1/6
-    assert d["avg_at_k"] == pytest.approx(1 / 3)
-    assert d["avg_at_k_stderr"] == pytest.approx(1 / 6)
-    assert d["avg_at_k_z"] == pytest.approx(2.0)
-    assert d["pass_at_k"] == pytest.approx(1 / 3) and d["tasks"] == 3
-    with pytest.raises(ValueError, match="same tasks"):
-        paired_difference(before, {"per_task_avg": [0.0], "per_task_pass": [0.0]})
-
 
 def test_bad_config_names_the_field():
     with pytest.raises(ValueError, match="algo='ppo'"):
