@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import random
-import re
 import shlex
 import statistics
 import sys
@@ -35,42 +34,11 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
-from machine import cpu_model  # benchmarks/machine.py
-
+from srpo_bench.corpora import DATA, real_sentences, resampled_corpus
+from srpo_bench.machine import RESULTS, cpu_model
 from srpo_envs.retrieval import Corpus, make_retriever
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "search"
-RESULTS = REPO / "benchmarks" / "results"
 TARGET_SECONDS = 1.0
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-
-
-def real_sentences() -> list[tuple[str, str]]:
-    """(title, sentence) pairs of every real corpus file, in file order."""
-    pairs = []
-    for path in sorted(DATA.glob("*_corpus.jsonl")):
-        with path.open(encoding="utf-8") as handle:
-            for line in handle:
-                row = json.loads(line)
-                for sentence in _SENTENCE_END.split(row["text"].strip()):
-                    if len(sentence.split()) >= 3:
-                        pairs.append((row["title"], sentence))
-    return pairs
-
-
-def resampled_corpus(pairs: list[tuple[str, str]], n: int, rng: random.Random) -> Corpus:
-    ids, titles, texts = [], [], []
-    for i in range(n):
-        target = rng.randint(60, 120)
-        title, sentence = rng.choice(pairs)
-        words = sentence.split()
-        while len(words) < target:
-            words.extend(rng.choice(pairs)[1].split())
-        ids.append(f"bench-{i:06d}")
-        titles.append(title)
-        texts.append(" ".join(words[:target]))
-    return Corpus(tuple(ids), tuple(titles), tuple(texts))
 
 
 def zipf_corpus(n: int, rng: random.Random) -> tuple[Corpus, list[str]]:

@@ -22,11 +22,10 @@ import json
 import shutil
 from pathlib import Path
 
-from machine import RESULTS, describe
-
 from srpo_agents.demo import BAR, COMMITTED_START, demo_config, setting_text
 from srpo_agents.train import train
 from srpo_agents.verdicts import cleared
+from srpo_bench.machine import RESULTS, describe
 
 CANDIDATES = {"A": dict(steps=50, lr=6e-5), "B": dict(steps=50, lr=1e-4)}
 """50 steps fit 15 minutes on 2 cores (a step took about 6 s alone, 12 s on one of two

@@ -29,13 +29,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from machine import RESULTS, describe
-
 from srpo_agents.config import TrainConfig, same_settings
 from srpo_agents.demo import BAR, COMMITTED_START, demo_config, redraw_curve, setting_text
 from srpo_agents.policy import load_policy
 from srpo_agents.tiny.config import tiny_run
 from srpo_agents.verdicts import cleared
+from srpo_bench.machine import RESULTS, describe
 
 PHASES = ("warm_start", "generation", "env", "update", "evaluation", "other")
 

@@ -24,12 +24,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from harness import _map, _pool, before_job, run_job, warm_start_job
-from machine import describe
-from math_team import math_demo_config as demo_config
-
 from srpo_agents.tiny.config import with_tiny
 from srpo_agents.verdicts import task_difference
+from srpo_bench.harness import before_job, make_pool, map_jobs, run_job, warm_start_job
+from srpo_bench.machine import describe
+from srpo_bench.math_team import math_demo_config as demo_config
 
 RESULTS = Path(__file__).resolve().parent / "results" / "demo_sweep.md"
 
@@ -73,9 +72,9 @@ def main() -> None:
     demo_updates = -(-base.tasks_per_step * base.group_size * 2 // base.minibatch_units)
     cells = [{"lr": lr, "updates": u} for lr in args.lrs for u in args.updates]
     cells += [{"lr": base.lr, "updates": demo_updates, **parse_extra(e)} for e in args.extra]
-    pool = _pool(args.workers)
+    pool = make_pool(args.workers)
     try:
-        _map(pool, run_job, [(cell_config(base, out, cell), before) for cell in cells])
+        map_jobs(pool, run_job, [(cell_config(base, out, cell), before) for cell in cells])
     finally:
         if pool is not None:
             pool.shutdown()

@@ -19,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import cpu_model  # benchmarks/machine.py
-
+from srpo_bench.machine import cpu_model
 from srpo_envs import math_v0, search_v0
 from srpo_envs.scripted import OracleSearchTeam, ScriptedMathTeam
 

@@ -30,36 +30,18 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
-from srpo_agents.events import build_units
 from srpo_agents.learner import Learner, LearnerConfig
-from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.objective import ALGORITHMS
 from srpo_agents.tiny import build_tiny_policy
+from srpo_bench.batches import make_batch
 
 MICRO = 32
 
 
 REAL = dict(model="smollm2-135m-instruct", workflow="solve_verify", max_turns=1,
             difficulty=(1,))
-
-
-def make_batch(policy, tasks: int, group: int, max_new_tokens: int, **setting):
-    make = env_factory(TrainConfig(**(setting or {"model": "tiny"})), "train")
-    envs = [make(i) for i in range(tasks * group)]
-    engine = RolloutEngine(policy, max_new_tokens=max_new_tokens, seed=0)
-    options = [{"task_index": t, "episode_id": f"t{t}-g{g}"}
-               for t in range(tasks) for g in range(group)]
-    units, _ = build_units(engine.run(envs, options), "set")
-    advantages = ADVANTAGE_ESTIMATORS["task"]([u.info for u in units])
-    # Random advantages where a group had one reward, so both sides do real work.
-    rng = np.random.default_rng(0)
-    advantages = np.where(advantages == 0, rng.normal(size=len(units)), advantages)
-    return units, advantages
 
 
 def time_srpo(policy, units, advantages, repeats: int) -> list[float]:

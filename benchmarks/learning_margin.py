@@ -30,10 +30,8 @@ def run_one(seed: int, kinds: list[str], algos: list[str] | None) -> list[dict]:
     import numpy as np
     import torch
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    import test_learning as tl
-
     from srpo_agents.objective import ALGORITHMS
+    from tests import test_learning as tl  # the worker runs with the repository on its path
 
     policy, levels, steps = tl.skilled_start(seed, Path(tempfile.mkdtemp()) / "tiny")
     rows = []
@@ -70,7 +68,9 @@ def main() -> None:
             command = [sys.executable, __file__, "--worker", str(seed), "--kinds", *args.kinds]
             if args.algos:
                 command += ["--algos", *args.algos]
-            env = {**os.environ, "ATEN_CPU_CAPABILITY": path}
+            # The worker imports tests/test_learning.py as tests.test_learning.
+            env = {**os.environ, "ATEN_CPU_CAPABILITY": path, "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
             out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
             got = json.loads(out.stdout.strip().splitlines()[-1])
             for row in got:

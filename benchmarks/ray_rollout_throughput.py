@@ -22,12 +22,12 @@ from pathlib import Path
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import torch  # noqa: E402
-from machine import cpu_model  # noqa: E402  (benchmarks/machine.py)
 
 from srpo_agents.config import TrainConfig  # noqa: E402
 from srpo_agents.envs import env_factory  # noqa: E402
 from srpo_agents.rollout import RolloutEngine  # noqa: E402
 from srpo_agents.tiny import build_tiny_policy  # noqa: E402
+from srpo_bench.machine import cpu_model  # noqa: E402
 
 
 def timed(engine, envs, options, repeats: int) -> tuple[float, int]:

@@ -30,7 +30,7 @@ import argparse
 import json
 from pathlib import Path
 
-from machine import describe, write_results
+from srpo_bench.machine import describe, write_results  # isort: skip (sort it once the running real-model run ends)
 
 from srpo_agents.checkpoint import has_checkpoint
 from srpo_agents.config import TrainConfig, same_settings

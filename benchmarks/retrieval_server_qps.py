@@ -25,9 +25,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bm25_latency import DATA, real_sentences, resampled_corpus  # benchmarks/
-from machine import cpu_model  # benchmarks/machine.py
-
+from srpo_bench.corpora import DATA, real_sentences, resampled_corpus
+from srpo_bench.machine import cpu_model
 from srpo_envs.retrieval import make_retriever
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,16 +31,18 @@ import time
 from pathlib import Path
 
 import torch
-from learner_vs_trl import make_batch
-from machine import describe, write_results
 
 from srpo_agents.adapters import attach_role_adapters
+from srpo_agents.events import UnitBatch
 from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ALGORITHMS
 from srpo_agents.rollout import RolloutEngine
 from srpo_agents.tiny import build_tiny_policy
 from srpo_agents.tiny.warmstart import TINY_SHAPE
 from srpo_agents.train import update_policies
+from srpo_bench.batches import make_batch
+from srpo_bench.machine import describe, write_results
+from srpo_bench.memory import optimizer_bytes, trainable, weights_bytes
 
 QWEN25_3B = {"hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
              "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936,
@@ -48,26 +50,6 @@ QWEN25_3B = {"hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers
 """Qwen2.5-3B's shape (its config.json on the Hugging Face hub)."""
 
 ROLES = ("solver", "aggregator", "verifier")
-
-
-def optimizer_bytes(optimizers) -> int:
-    return sum(t.numel() * t.element_size() for o in optimizers
-               for state in o.state.values() for t in state.values()
-               if isinstance(t, torch.Tensor) and t.dim() > 0)
-
-
-def trainable(models) -> int:
-    return sum(p.numel() for m in models for p in m.parameters() if p.requires_grad)
-
-
-def weights_bytes(models) -> int:
-    seen, total = set(), 0
-    for m in models:
-        for p in m.parameters():
-            if id(p) not in seen:
-                seen.add(id(p))
-                total += p.numel() * p.element_size()
-    return total
 
 
 def qwen_counts(rank: int) -> dict:
@@ -118,6 +100,7 @@ def main() -> None:
     digits = ["0123456789+-*/=() Solve. Answer: The answer is"]
     base = build_tiny_policy(digits, folder / "tiny", **TINY_SHAPE)
     units, advantages = make_batch(base, tasks=16, group=8, max_new_tokens=32)
+    batch = UnitBatch(units, advantages)
     roles = sorted({u.members[0].role for u in units})
     events = len(units)
     config = LearnerConfig(lr=1e-6, microbatch_rows=32)
@@ -128,12 +111,12 @@ def main() -> None:
                                     alpha=2 * args.rank)
     lora = {"shared": Learner(adapters, algorithm, config)}
     for learners in (full, lora):  # warm-up, and the optimizer state exists after it
-        update_policies(learners, units, advantages)
+        update_policies(learners, batch)
     seconds = {"full": [], "lora": []}
     for _ in range(args.repeats):  # interleaved: drift in the machine hits both
         for name, learners in (("full", full), ("lora", lora)):
             seconds[name] += timed(lambda learners=learners: update_policies(
-                learners, units, advantages), 1)
+                learners, batch), 1)
     tiny = {
         "roles": roles, "events": events, "rank": args.rank,
         "full": {"trainable": trainable(lrn.policy.model for lrn in full.values()),

@@ -33,17 +33,17 @@ SETTING = dict(env="SRPO-Search-v0", workflow="search_answer_verify", model=MODE
 def measure(variant: str, rank: int) -> dict:
     import numpy as np
     import torch
-    from role_adapters import optimizer_bytes, trainable, weights_bytes
 
     from srpo_agents.adapters import attach_role_adapters
     from srpo_agents.config import TrainConfig
     from srpo_agents.envs import env_factory
-    from srpo_agents.events import build_units
+    from srpo_agents.events import UnitBatch, build_units
     from srpo_agents.learner import Learner, LearnerConfig
     from srpo_agents.objective import ALGORITHMS
     from srpo_agents.policy import load_policy
     from srpo_agents.rollout import RolloutEngine
     from srpo_agents.train import update_policies
+    from srpo_bench.memory import optimizer_bytes, trainable, weights_bytes
 
     torch.manual_seed(0)
     config = TrainConfig(**SETTING)
@@ -63,7 +63,7 @@ def measure(variant: str, rank: int) -> dict:
     else:
         adapters = attach_role_adapters(policy, roles, rank=rank, alpha=2 * rank)
         learners = {"shared": Learner(adapters, algorithm, settings)}
-    update_policies(learners, units, advantages)
+    update_policies(learners, UnitBatch(units, advantages))
     models = [learner.policy.model for learner in learners.values()]
     return {"variant": variant, "roles": roles, "rank": rank,
             "trainable": trainable(models), "weights_bytes": weights_bytes(models),
@@ -84,7 +84,7 @@ def main() -> None:
     if args.variant:  # the child process: one variant, its figures on stdout
         print(json.dumps(measure(args.variant, args.rank)))
         return
-    from machine import describe, write_results
+    from srpo_bench.machine import describe, write_results
 
     rows = {}
     for variant in ("full", "lora"):

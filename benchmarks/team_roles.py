@@ -17,12 +17,12 @@ import json
 from collections import Counter
 
 import numpy as np
-from math_team import math_demo_config as demo_config
 
 from srpo_agents.envs import env_factory
 from srpo_agents.evaluate import eval_pool, run_tasks
 from srpo_agents.policy import load_policy
 from srpo_agents.rollout import RolloutEngine
+from srpo_bench.math_team import math_demo_config as demo_config
 
 
 def team_roles(policy_dir: str, tasks: int, k: int, seed: int = 1) -> dict[str, float]:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from machine import write_results
 
 from srpo_agents import verdicts
+from srpo_bench.machine import write_results
 
 
 def trial(rng, seeds: int, tasks: int, seed_sd: float, task_sd: float) -> dict:

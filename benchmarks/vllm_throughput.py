@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 import torch
-from machine import describe, write_results
 
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
@@ -42,6 +41,7 @@ from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ALGORITHMS
 from srpo_agents.policy import load_policy
 from srpo_agents.rollout import RolloutEngine
+from srpo_bench.machine import describe, write_results
 
 WARM_START = (Path(__file__).resolve().parent / "results" / "harness_compare" / "warmstart"
               / "SRPO-Math-v0-parallel" / "warmstart")

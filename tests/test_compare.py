@@ -3,7 +3,6 @@ majority vote, twins from one start, and the whole report in miniature."""
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,10 +13,7 @@ from srpo_agents.config import TrainConfig
 from srpo_agents.evaluate import majority_at
 from srpo_agents.tiny import build_tiny_policy
 from srpo_agents.train import held_out, train
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from harness import PRESETS, pair_algos, pair_settings, run_preset  # noqa: E402
+from srpo_bench.harness import PRESETS, pair_algos, pair_settings, run_preset
 
 COMPARE = PRESETS["compare"]
 
@@ -211,7 +207,7 @@ def test_answer_key_pools_numbers_written_differently():
 def test_a_result_stored_before_a_field_existed_still_matches(tmp_path):
     """Adding a TrainConfig field must not make every stored run stale: a field missing
     from a stored config counts as its default there, and any other change still counts."""
-    from harness import _same_config
+    from srpo_bench.harness import same_config
 
     config = TrainConfig(env="SRPO-Math-v0", workflow="parallel", out=str(tmp_path / "run"))
     stored = config.to_dict()
@@ -219,12 +215,12 @@ def test_a_result_stored_before_a_field_existed_still_matches(tmp_path):
     stored["tiny_vocab"] = 0  # a field since moved into the tiny model's model_options
     path = tmp_path / "summary.json"
     path.write_text(json.dumps({"config": stored}))
-    assert _same_config(path, config)
-    assert not _same_config(path, TrainConfig(env="SRPO-Math-v0", workflow="parallel",
+    assert same_config(path, config)
+    assert not same_config(path, TrainConfig(env="SRPO-Math-v0", workflow="parallel",
                                               out=str(tmp_path / "run"), rollout_seed=3))
-    assert not _same_config(path, TrainConfig(env="SRPO-Math-v0", workflow="parallel",
+    assert not same_config(path, TrainConfig(env="SRPO-Math-v0", workflow="parallel",
                                               out=str(tmp_path / "run"), lr=1e-4))
     # Where it was written is not part of it: an absolute and a relative --out, or the
     # folder moved, still name the same run.
-    assert _same_config(path, TrainConfig(env="SRPO-Math-v0", workflow="parallel",
+    assert same_config(path, TrainConfig(env="SRPO-Math-v0", workflow="parallel",
                                           out="elsewhere/run"))

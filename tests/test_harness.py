@@ -9,16 +9,14 @@ from pathlib import Path
 import pytest
 
 from srpo_agents.config import TrainConfig
+from srpo_agents.metrics_log import read_metrics_rows
 from srpo_agents.tiny.config import tiny_run
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from harness import (  # noqa: E402
+from srpo_bench.harness import (
     PRESETS,
-    _route_level_lines,
     claim_run,
     pair_settings,
     route_k_by_level,
+    route_level_lines,
     run_job,
     run_preset,
     warm_start_plan,
@@ -39,8 +37,14 @@ def test_smoke_preset_writes_results_table_and_plots(tmp_path, monkeypatch):
     for row in rows:
         assert required <= set(row)
         assert 0 <= row["avg_at_k"] <= row["pass_at_k"] <= 1
-    # identical budget: every run generated from the same number of episodes
-    assert len({(r["steps"]) for r in rows}) == 1
+    # identical budget: every run trained all its steps, each on the same number of
+    # events (tasks x G episodes; every math-parallel episode is a solver set and an
+    # aggregator), read from the runs' own metrics.jsonl
+    events = [[step["events"] for step in read_metrics_rows(path)]
+              for path in sorted((tmp_path / "runs").glob("*/metrics.jsonl"))]
+    assert len(events) == runs
+    assert all(len(run) == preset["base"]["steps"] for run in events)
+    assert len({tuple(run) for run in events}) == 1 and events[0][0] > 0
     befores = {r["algo"]: r["avg_at_k"] for r in rows if r["checkpoint"] == "before"}
     assert len(set(befores.values())) == 1  # the same starting policy, tasks and seed
     table = (tmp_path / "table.md").read_text()
@@ -152,16 +156,16 @@ def test_route_k_by_level_and_the_call_on_harder_tasks():
     # Two seeds: counts and tasks add up (variance 1.5 / 7 over 4 tasks).
     assert route_k_by_level([row, row])["1"]["se"] == pytest.approx((1.5 / 7 / 4) ** 0.5)
     routed = [(("SRPO-Search-v0", "routed"), [{**row, "algo": "srpo", "checkpoint": "after"}])]
-    lines = "\n".join(_route_level_lines(routed))
+    lines = "\n".join(route_level_lines(routed))
     assert "1-hop: 1.25 ± 0.35; 3-hop: 2.00 ± 0.00" in lines
     assert "+0.75 ± 0.35 | bigger teams" in lines
     flat = _routed_row({"1": {"1": 2, "2": 2}, "2": {"1": 2, "2": 2}}, {"1": 4, "2": 4})
-    lines = "\n".join(_route_level_lines([(("SRPO-Search-v0", "routed"),
-                                           [{**flat, "algo": "srpo", "checkpoint": "after"}])]))
+    lines = "\n".join(route_level_lines([(("SRPO-Search-v0", "routed"),
+                                          [{**flat, "algo": "srpo", "checkpoint": "after"}])]))
     assert "+0.00 ± " in lines and "no difference beyond noise" in lines
     one_level = _routed_row({"1": {"1": 4}}, {"1": 4})
-    assert _route_level_lines([(("SRPO-Search-v0", "routed"),
-                                [{**one_level, "algo": "srpo", "checkpoint": "after"}])]) == []
+    assert route_level_lines([(("SRPO-Search-v0", "routed"),
+                               [{**one_level, "algo": "srpo", "checkpoint": "after"}])]) == []
 
 
 @pytest.mark.parametrize(("name", "warm_pairs"), [
@@ -172,10 +176,10 @@ def test_the_search_presets_reuse_the_track_s_warm_start(name, warm_pairs, tmp_p
     """``benchmarks/search_track.py`` builds the search track's warm starts once (about
     55 minutes each); the search presets must find them cached, so their warm-start
     settings and key must be the very ones the script builds with."""
-    import search_track
-
     import srpo_agents.tiny.warmstart as warmstart
     from srpo_agents import train
+    from srpo_agents.search_recipe import RECIPE, WARM_ROOT, warm_folder
+    from srpo_bench.search_track import track_config
 
     seen: list[dict] = []
 
@@ -194,20 +198,17 @@ def test_the_search_presets_reuse_the_track_s_warm_start(name, warm_pairs, tmp_p
                                          if p[0] == "SRPO-Search-v0"]}
     starts, own, jobs = warm_start_plan(preset, tmp_path)
     assert own == [("SRPO-Search-v0", w) for w in warm_pairs]
-    root = Path(search_track.WARM_ROOT)
+    root = Path(WARM_ROOT)
     for pair, start in starts.items():
         assert Path(start).parent.parent == root, pair
     for (_, workflow), (job,) in zip(own, jobs, strict=True):
-        folder = search_track.warm_folder(root, workflow)
-        script = search_track.track_config(
-            workflow, str(folder), search_track.RECIPE["warmstart_steps"],
-            search_track.RECIPE["warmstart_minutes"], 0,
-            first_steps=search_track.RECIPE["warmstart_first_steps"],
-            top_k=search_track.RECIPE["top_k"],
-            focus_steps=search_track.RECIPE["warmstart_focus_steps"],
-            focus_target=search_track.RECIPE["warmstart_focus_target"],
-            first_target=search_track.RECIPE["warmstart_first_target"],
-            warmstart_dir=str(folder))
+        folder = warm_folder(root, workflow)
+        script = track_config(
+            workflow, str(folder), RECIPE["warmstart_steps"], RECIPE["warmstart_minutes"], 0,
+            first_steps=RECIPE["warmstart_first_steps"], top_k=RECIPE["top_k"],
+            focus_steps=RECIPE["warmstart_focus_steps"],
+            focus_target=RECIPE["warmstart_focus_target"],
+            first_target=RECIPE["warmstart_first_target"], warmstart_dir=str(folder))
         assert warm_args(job) == warm_args(script), workflow
     assert seen == []
 

@@ -8,9 +8,6 @@ active adapter unless told otherwise: huggingface/peft#631).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -28,9 +25,7 @@ from srpo_agents.learner import Learner, LearnerConfig  # noqa: E402
 from srpo_agents.objective import ALGORITHMS  # noqa: E402
 from srpo_agents.rollout import RolloutEngine, Sample  # noqa: E402
 from srpo_agents.tiny import build_tiny_policy  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_learning import LetterEnv  # noqa: E402
+from tests.test_learning import LetterEnv  # noqa: E402
 
 ROLES = ("caller", "echo")
 

@@ -1,20 +1,16 @@
-"""benchmarks/search_diagnosis.py: the training curve's trend with its error, and the
+"""srpo_bench/search_diagnosis.py (benchmarks/search_diagnosis.py's measurements): the training curve's trend with its error, and the
 role rates of one episode read off its transitions."""
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import search_diagnosis  # noqa: E402
-
-from srpo_agents.config import TrainConfig  # noqa: E402
-from srpo_agents.envs import env_factory  # noqa: E402
-from srpo_envs.transition import ConsumedOutput, Transition  # noqa: E402
+from srpo_agents.config import TrainConfig
+from srpo_agents.envs import env_factory
+from srpo_bench import search_diagnosis
+from srpo_envs.transition import ConsumedOutput, Transition
 
 
 def _metrics(tmp_path: Path, accuracies) -> Path:

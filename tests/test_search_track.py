@@ -1,13 +1,10 @@
-"""benchmarks/search_track.py keeps every workflow's committed row when it measures one."""
+"""benchmarks/search_track.py (its table: srpo_bench/search_track.py) keeps every workflow's committed row when it measures one."""
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import search_track  # noqa: E402
+from srpo_agents.search_recipe import RECIPE
+from srpo_bench import search_track
 
 
 def _row(avg: float, command: str) -> dict:
@@ -23,7 +20,7 @@ def test_a_run_of_one_workflow_keeps_the_others_rows(tmp_path, monkeypatch):
         {"search_answer_verify": _row(0.385, "build sav")}))
     results = {**search_track.stored_results(), "routed": _row(0.301, "build routed")}
     args = argparse.Namespace(**{k.removeprefix("warmstart_"): v
-                                 for k, v in search_track.RECIPE.items()})
+                                 for k, v in RECIPE.items()})
     lines = search_track.track_lines(args, results)
     rows = [line for line in lines if line.startswith("| search_answer_verify")
             or line.startswith("| routed")]

@@ -8,7 +8,6 @@ their tokenizer, and key its cache by them, so that a changed init rebuilds.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,7 @@ from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
 from srpo_agents.tiny.config import tiny_run
 from srpo_agents.tiny.source import warm_start_key
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_warmstart_phases import _weights  # noqa: E402
+from tests.test_warmstart_phases import _weights
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

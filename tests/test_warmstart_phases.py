@@ -56,8 +56,7 @@ def test_a_killed_build_resumes_to_the_same_weights(tmp_path):
     assert not (tmp_path / "whole" / warmstart.BUILD).exists(), "the build folder stays"
 
     # killed after step 7 (the focus phase's first; the last checkpoint is at step 6)
-    script = (f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); "
-              f"from pathlib import Path; import test_warmstart_phases as t; "
+    script = (f"from pathlib import Path; from tests import test_warmstart_phases as t; "
               f"t._build(Path({str(tmp_path / 'killed')!r}))")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=300,

@@ -29,14 +29,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-
-from search_track import track_config
-
 from srpo_agents.envs import env_factory
 from srpo_agents.policy import load_policy
 from srpo_agents.tiny import build_tiny_policy
 from srpo_agents.tiny.warmstart import _encode, lr_factor, reference_examples, sft_step
+from srpo_bench.search_track import track_config
 
 OUT = Path("runs/copy-lab")
 LETTERS = "abcdefghijklmnopqrstuvwxyz"

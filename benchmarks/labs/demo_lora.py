@@ -1,4 +1,4 @@
-"""The math demo's setting (``math_team.py``, the demo until issue 36) with one LoRA
+"""The math demo's setting (``srpo_bench/math_team.py``, the demo until issue 36) with one LoRA
 per role (issue 27), from the repository root:
 
     python benchmarks/labs/demo_lora.py
@@ -10,15 +10,10 @@ lr), fixed before the run, from the demo's seed-0 warm start: copy the compare p
 Results: ``benchmarks/results/demo_lora.md``."""
 
 import json
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-
-from math_team import math_demo_config as demo_config  # noqa: E402 (the math demo's)
-
-from srpo_agents.train import train  # noqa: E402
+from srpo_agents.train import train
+from srpo_bench.math_team import math_demo_config as demo_config  # the math demo's
 
 config = demo_config("runs/demo-lora/run", 0, per_role_adapters="lora", lr=3e-4,
                      warmstart_dir="runs/demo-lora/warm")

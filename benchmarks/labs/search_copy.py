@@ -19,17 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-
-from machine import describe, write_results
-from search_track import track_config
 
 from srpo_agents.envs import env_factory
 from srpo_agents.rollout import RolloutEngine
 from srpo_agents.tiny.warmstart import warm_start
+from srpo_bench.machine import describe, write_results
+from srpo_bench.search_track import track_config
 
 
 def copy_rate(steps: int, seed: int, tasks: int, out: Path, vocab: int = 0) -> dict:

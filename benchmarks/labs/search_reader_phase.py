@@ -10,7 +10,7 @@ with top 1 passage). The phase continues supervised steps on the same oracle exa
 (batch 64, lr 3e-3, 20 warm-up steps and the cosine to a tenth over ``--steps``). Three
 batches in four hold only the readers' (answerer and verifier) examples, and the fourth
 holds every role's, so the searcher keeps its copy. Every ``--measure-every`` steps it
-measures the track on 200 held-out one-hop questions x 1 (``search_track.measure``) and
+measures the track on 200 held-out one-hop questions x 1 (``srpo_bench.search_track.measure``) and
 saves the policy to ``OUT/policy``. Writes ``OUT/measures.jsonl``.
 """
 
@@ -19,15 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-
-from search_track import measure, track_config
 
 from srpo_agents.checkpoint import save_pretrained_atomic
 from srpo_agents.envs import env_factory
@@ -41,6 +36,7 @@ from srpo_agents.tiny.warmstart import (
     reference_examples,
     sft_step,
 )
+from srpo_bench.search_track import measure, track_config
 
 READERS = ("answerer", "verifier")
 

@@ -1,6 +1,6 @@
-"""The verdicts of the comparison preset (``harness.py --preset compare``): statistics
-over seeds and tasks, the noise floor from twin runs, the compute-matched references,
-the clip fraction by update, and the forest plot and learning curves.
+"""The verdicts of the comparison preset (``benchmarks/harness.py --preset compare``):
+statistics over seeds and tasks, the noise floor from twin runs, the compute-matched
+references, the clip fraction by update, and the forest plot and learning curves.
 
 Every difference is A minus B on the same held-out tasks, paired by seed (the runs of
 one seed share their start, their "before" evaluation and their step-0 rollouts) and by
@@ -88,7 +88,7 @@ def _noise_lines(rows, pairs, reference) -> list[str]:
 def _verdict_lines(rows, pairs, reference, algos, same_as, kappa) -> list[str]:
     lines = ["", "## Verdicts", "",
              f"{reference} minus each baseline, held-out avg@k after training (see "
-             "`benchmarks/compare_report.py` for the standard error). A baseline shown as "
+             "`srpo_agents/verdicts.py` for the standard error). A baseline shown as "
              "\"= X\" is identical to X on that pair by construction (proven by "
              "`tests/test_compare.py`, which trains both 2 steps and compares the weights), "
              "so it was run once.", "",
