@@ -49,12 +49,13 @@ from srpo_agents.evaluate import evaluate
 from srpo_agents.events import ActionUnit, build_units
 from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ALGORITHMS, kappa_value
+from srpo_agents.plots import plot_curve
 from srpo_agents.policy import Policy, load_policy
 from srpo_agents.rollout import Rollout
 from srpo_agents.search_recipe import WARM_ROOT, track_settings, warm_folder
 from srpo_agents.tiny.config import tiny_run
 from srpo_agents.tiny.source import warm_start_status
-from srpo_agents.train import held_out, make_engine, plot_curve, prepare_policy, train
+from srpo_agents.train import held_out, make_engine, prepare_policy, train
 from srpo_agents.verdicts import cleared
 
 ENV, WORKFLOW = "SRPO-Search-v0", "search_answer_verify"

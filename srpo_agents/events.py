@@ -18,6 +18,11 @@ was due) carry no action and are skipped.
 The return credited to every unit of an episode is the episode outcome (the sum of its
 transition rewards): SRPO's default, where all events of the G rollouts of a task form
 one advantage group.
+
+Once the advantages are computed, a ``UnitBatch`` (units, one advantage each) is what the
+learner updates on: it cuts the batch into mini-batches of whole units
+(``minibatches``), those into micro-batches, and a micro-batch gives the loss its rows
+(``samples``), each row's unit (``unit_index``) and each unit's size K.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from srpo_agents.objective import UnitInfo
 from srpo_agents.rollout import Rollout, Sample
@@ -80,12 +87,62 @@ def build_units(rollouts: Sequence[Rollout], unit: str = "set") -> tuple[list[Ac
     return units, stats
 
 
+def event_atomic_indices(n_units: int, units_per_batch: int,
+                         rng: random.Random) -> Iterator[list[int]]:
+    """Shuffled mini-batches of whole units, as unit indices: a unit's rows never split."""
+    if units_per_batch < 1:
+        raise ValueError(f"units_per_batch={units_per_batch!r}: expected >= 1")
+    order = list(range(n_units))
+    rng.shuffle(order)
+    for start in range(0, len(order), units_per_batch):
+        yield order[start:start + units_per_batch]
+
+
 def event_atomic_batches(units: Sequence[ActionUnit], units_per_batch: int,
                          rng: random.Random) -> Iterator[list[ActionUnit]]:
     """Shuffled mini-batches of whole units: a unit's member rows never split."""
-    if units_per_batch < 1:
-        raise ValueError(f"units_per_batch={units_per_batch!r}: expected >= 1")
-    order = list(range(len(units)))
-    rng.shuffle(order)
-    for start in range(0, len(order), units_per_batch):
-        yield [units[i] for i in order[start:start + units_per_batch]]
+    for index in event_atomic_indices(len(units), units_per_batch, rng):
+        yield [units[i] for i in index]
+
+
+@dataclass
+class UnitBatch:
+    """Action units with one advantage each: an update's batch, or a mini- or micro-batch
+    of it. Its rows are the units' member samples, unit by unit."""
+    units: list[ActionUnit]
+    advantages: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.advantages = np.asarray(self.advantages, dtype=np.float64)
+        if self.advantages.shape != (len(self.units),):
+            raise ValueError(f"advantages: shape {self.advantages.shape} for "
+                             f"{len(self.units)} units; expected one advantage per unit")
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    def subset(self, index: Sequence[int]) -> UnitBatch:
+        index = list(index)
+        return UnitBatch([self.units[i] for i in index], self.advantages[index])
+
+    def minibatches(self, units_per_batch: int, rng: random.Random) -> Iterator[UnitBatch]:
+        """Shuffled mini-batches of whole units (``event_atomic_batches``' order)."""
+        for index in event_atomic_indices(len(self.units), units_per_batch, rng):
+            yield self.subset(index)
+
+    @property
+    def samples(self) -> list:
+        return [m for u in self.units for m in u.members]
+
+    @property
+    def unit_index(self) -> list[int]:
+        """Each row's unit, 0-based within this batch."""
+        return [i for i, u in enumerate(self.units) for _ in u.members]
+
+    @property
+    def unit_sizes(self) -> list[float]:
+        return [float(u.size) for u in self.units]
+
+    @property
+    def response_tokens(self) -> int:
+        return sum(len(m.response_ids) for u in self.units for m in u.members)

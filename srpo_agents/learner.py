@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from srpo_agents import faults
-from srpo_agents.events import ActionUnit, event_atomic_batches
+from srpo_agents.events import ActionUnit, UnitBatch
 from srpo_agents.generation import cache_kwarg
 from srpo_agents.objective import (
     POLICY_LOSSES,
@@ -48,9 +48,6 @@ from srpo_agents.objective import (
 )
 from srpo_agents.policy import Policy
 from srpo_agents.rollout import Sample
-
-# How each loss averages, so micro-batch losses can be weighted to the mini-batch's.
-LOSS_NORMALIZER = {"set_clip": "units", "token_clip": "tokens", "reinforce": "units"}
 
 
 @dataclass
@@ -98,7 +95,7 @@ class Learner:
         self.algorithm = algorithm
         self.config = config
         self.loss_fn = POLICY_LOSSES[algorithm.loss]
-        self.normalizer = LOSS_NORMALIZER.get(algorithm.loss, "units")
+        self.normalizer = self.loss_fn.averages_over
         self.loss_config = LossConfig(config.eps_low, config.eps_high, algorithm.kappa)
         params = [p for p in policy.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr,
@@ -219,38 +216,39 @@ class Learner:
                      ).logits if response_ids.shape[1] > 1 else None
         return first.unsqueeze(1) if rest is None else torch.cat([first.unsqueeze(1), rest], 1)
 
-    def _microbatches(self, batch: list[ActionUnit]) -> list[list[ActionUnit]]:
+    def _microbatches(self, batch: UnitBatch) -> list[UnitBatch]:
         """Whole units, at most ``microbatch_rows`` rows each (a larger unit goes alone),
         grouped by length so that rows of similar length share their padding."""
-        def order(unit: ActionUnit) -> tuple:
+        def order(i: int) -> tuple:
             # Units with one prompt sit next to each other, so the rows that share it
             # share one micro-batch and the prompt runs once (``response_logprobs``).
+            unit = batch.units[i]
             first = unit.members[0].prompt_ids
             return (len(first), first,
                     max(len(m.prompt_ids) + len(m.response_ids) for m in unit.members))
 
         groups, current, rows = [], [], 0
-        for unit in sorted(batch, key=order):
-            if current and rows + unit.size > self.config.microbatch_rows:
+        for i in sorted(range(len(batch)), key=order):
+            size = batch.units[i].size
+            if current and rows + size > self.config.microbatch_rows:
                 groups.append(current)
                 current, rows = [], 0
-            current.append(unit)
-            rows += unit.size
-        return groups + ([current] if current else [])
+            current.append(i)
+            rows += size
+        return [batch.subset(index) for index in groups + ([current] if current else [])]
 
-    def _loss(self, units: list[ActionUnit], advantages: torch.Tensor, with_entropy: bool):
+    def _loss(self, micro: UnitBatch, with_entropy: bool):
         """The micro-batch's loss (KL term included) and its figures, each a mean at the
         level named in ``update``; plus its response tokens."""
-        samples = [m for u in units for m in u.members]
+        samples = micro.samples
         logp, mask, entropy = self.response_logprobs(self.policy.model, samples, with_entropy)
         logp_old = _pad([s.logprobs for s in samples], 0.0, torch.float32).to(self.device)
-        unit_index = torch.tensor([i for i, u in enumerate(units) for _ in u.members],
-                                  device=self.device)
+        unit_index = torch.tensor(micro.unit_index, device=self.device)
         inputs = LossInputs(logp=logp, logp_old=logp_old * mask, mask=mask,
                             unit_index=unit_index,
-                            unit_size=torch.tensor([float(u.size) for u in units],
-                                                   device=self.device),
-                            advantages=advantages.to(self.device))
+                            unit_size=torch.tensor(micro.unit_sizes, device=self.device),
+                            # float32, as the losses were written for
+                            advantages=torch.tensor(micro.advantages.tolist()).to(self.device))
         loss, figures = self.loss_fn(inputs, self.loss_config)
         tokens = float(mask.sum())
         log_ratio = (logp.detach() - logp_old) * mask
@@ -267,7 +265,7 @@ class Learner:
                                                            plain=True)
                 else:
                     ref, _, _ = self.response_logprobs(self.reference, samples)
-            kl = reference_kl(logp, ref, mask, unit_index, len(units), self.normalizer)
+            kl = reference_kl(logp, ref, mask, unit_index, len(micro), self.normalizer)
             loss = loss + self.config.beta * kl
             figures["kl"] = float(kl.detach())
         figures["loss"] = float(loss.detach())
@@ -293,7 +291,7 @@ class Learner:
             model.train(was_training)
 
     def _update(self, units: list[ActionUnit], advantages: np.ndarray) -> dict[str, float]:
-        adv_by_unit = {id(u): float(a) for u, a in zip(units, advantages, strict=True)}
+        batch = UnitBatch(units, advantages)
         model = self.policy.model
         size = self.config.minibatch_units or len(units)
         rank, world = _rank_and_world(self.config.data_parallel)
@@ -308,15 +306,13 @@ class Learner:
         maxima = {"max_abs_log_ratio": 0.0, "first_epoch_max_abs_log_ratio": 0.0}
         clip_by_update = []  # each optimizer step's own clip fraction, in order
         for epoch in range(self.config.epochs):
-            for index, batch in enumerate(event_atomic_batches(units, size, self.rng)):
+            for index, mini in enumerate(batch.minibatches(size, self.rng)):
                 self.optimizer.zero_grad(set_to_none=True)
                 clipped_before = sums["clip_fraction"]
-                total_units = len(batch)
-                total_tokens = max(sum(len(m.response_ids) for u in batch for m in u.members),
-                                   1)
-                for micro in self._microbatches(batch[rank::world]):
-                    adv = torch.tensor([adv_by_unit[id(u)] for u in micro])
-                    loss, figures, tokens = self._loss(micro, adv, with_entropy=epoch == 0)
+                total_units = len(mini)
+                total_tokens = max(mini.response_tokens, 1)
+                for micro in self._microbatches(mini.subset(range(rank, len(mini), world))):
+                    loss, figures, tokens = self._loss(micro, with_entropy=epoch == 0)
                     token_share = tokens / total_tokens
                     weight = (len(micro) / total_units if self.normalizer == "units"
                               else token_share)

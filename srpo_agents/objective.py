@@ -74,7 +74,26 @@ class LossConfig:
 
 
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {}
-POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, float]]]] = {}
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A registered loss and what the learner must know to run it in pieces.
+
+    ``averages_over``: "units" (the loss is a mean over action units: sets, outputs,
+    sequences) or "tokens" (a mean over every response token of the mini-batch). The
+    learner splits a mini-batch into micro-batches and weights each micro-batch's loss by
+    its share of that level, so their sum is the mini-batch's loss; a KL penalty is
+    averaged at the same level."""
+    fn: Callable[[LossInputs, LossConfig], tuple[torch.Tensor, dict[str, float]]]
+    averages_over: str
+
+    def __call__(self, inputs: LossInputs, cfg: LossConfig
+                 ) -> tuple[torch.Tensor, dict[str, float]]:
+        return self.fn(inputs, cfg)
+
+
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
 
 
 def register_adv_est(name: str):
@@ -84,9 +103,16 @@ def register_adv_est(name: str):
     return add
 
 
-def register_policy_loss(name: str):
+def register_policy_loss(name: str, averages_over: str):
+    """Register ``fn(inputs, cfg) -> (loss, figures)`` as ``name``; ``averages_over``:
+    "units" or "tokens" (see ``PolicyLoss``), stated by every loss: a micro-batch
+    weighted at the wrong level gives a different gradient without any error."""
+    if averages_over not in ("units", "tokens"):
+        raise ValueError(f"register_policy_loss({name!r}): averages_over={averages_over!r}; "
+                         "expected 'units' or 'tokens'")
+
     def add(fn):
-        POLICY_LOSSES[name] = fn
+        POLICY_LOSSES[name] = PolicyLoss(fn, averages_over)
         return fn
     return add
 
@@ -129,7 +155,7 @@ def task_step_advantage(units: Sequence[UnitInfo], eps: float = 1e-6) -> np.ndar
     return group_relative(units, lambda u: (u.task_id, u.step_index), eps)
 
 
-@register_policy_loss("set_clip")
+@register_policy_loss("set_clip", averages_over="units")
 def set_clip_loss(inputs: LossInputs, cfg: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
     """SRPO: L_u = kappa(K_u) * sum_{j in u} sum_t m (logp - logp_old); rho_u = exp(L_u);
     J = mean_u min(rho_u A_u, clip(rho_u, 1 - eps_low, 1 + eps_high) A_u); loss = -J.
@@ -151,7 +177,7 @@ def set_clip_loss(inputs: LossInputs, cfg: LossConfig) -> tuple[torch.Tensor, di
                                "ratio_mean": float(ratio.detach().mean())}
 
 
-@register_policy_loss("token_clip")
+@register_policy_loss("token_clip", averages_over="tokens")
 def token_clip_loss(inputs: LossInputs, cfg: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO-style: per-token ratio r_t = exp(logp - logp_old), clipped per token with the
     row's unit advantage, averaged over all response tokens of the batch (token-mean)."""
@@ -214,7 +240,7 @@ def node_mean_advantage(units: Sequence[UnitInfo], eps: float = 1e-6) -> np.ndar
                                             u.agent_id), eps, scale=False)
 
 
-@register_policy_loss("reinforce")
+@register_policy_loss("reinforce", averages_over="units")
 def reinforce_loss(inputs: LossInputs, cfg: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
     """MAGRPO's REINFORCE: no ratio and no clip; loss = -(1/U) sum_u A_u sum_{rows of u}
     sum_t m logp (seq-mean-token-sum: token sums per sequence, mean over units)."""

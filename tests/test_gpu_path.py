@@ -4,6 +4,7 @@ bf16 matmuls), with the same results contract as float32; the CUDA run is skippe
 without a GPU (benchmarks/gpu_check.sh runs it on a GPU machine)."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -58,4 +59,9 @@ def test_bfloat16_trains_and_resumes_with_the_float32_contract(tmp_path):
 def test_cuda_bfloat16_training(tmp_path):
     summary = train(TrainConfig(**tiny_run(BASE, device="auto", out=str(tmp_path / "gpu"))),
                     log=lambda *_: None)
-    assert summary["config"]["device"] == "auto" and summary["after"]["tasks"] == 4
+    assert summary["after"]["tasks"] == 4
+    # "auto" found the GPU and trained in bfloat16 there (the CPU default is float32)
+    config = json.loads((tmp_path / "gpu" / "policy" / "config.json").read_text())
+    assert config.get("dtype", config.get("torch_dtype")) == "bfloat16"
+    rows = [json.loads(x) for x in (tmp_path / "gpu" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["updates"] >= 1 and math.isfinite(r["loss"]) for r in rows)

@@ -13,7 +13,7 @@ import torch
 
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
-from srpo_agents.events import ActionUnit, build_units, event_atomic_batches
+from srpo_agents.events import ActionUnit, UnitBatch, build_units, event_atomic_batches
 from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS, UnitInfo
 from srpo_agents.rollout import Rollout, RolloutEngine, Sample
@@ -99,9 +99,12 @@ def test_member_rows_never_split_across_minibatches(tiny_dir):
         seen += [id(u) for u in batch]
     assert sorted(seen) == sorted(id(u) for u in units)
     learner = Learner(fresh_policy(tiny_dir), ALGORITHMS["srpo"], LearnerConfig(microbatch_rows=4))
-    micro = learner._microbatches(units)
-    assert sum(len(m) for m in micro) == len(units)
-    assert all(sum(u.size for u in m) <= 4 or len(m) == 1 for m in micro)
+    micro = learner._microbatches(UnitBatch(units, np.arange(len(units), dtype=float)))
+    assert sorted(a for m in micro for a in m.advantages) == list(range(len(units)))
+    # each unit keeps its own advantage wherever it lands
+    assert all(units.index(u) == a for m in micro for u, a in zip(m.units, m.advantages,
+                                                                  strict=True))
+    assert all(sum(u.size for u in m.units) <= 4 or len(m) == 1 for m in micro)
 
 
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
@@ -128,8 +131,42 @@ def test_microbatching_does_not_change_the_gradient(tiny_dir):
         learner.optimizer.step = lambda: None  # keep the weights: compare the gradients
         learner.update(units, forced_advantages(units))
         grads.append(torch.cat([p.grad.flatten() for p in model.model.parameters()]))
-    assert len(learner._microbatches(units)) > 1
+    assert len(learner._microbatches(UnitBatch(units, np.zeros(len(units))))) > 1
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
+
+
+def _microbatch_gradients(tiny_dir, algorithm) -> list[torch.Tensor]:
+    policy = fresh_policy(tiny_dir)
+    units, _ = build_units(rollouts_for(policy, n_tasks=2, group=2), "output")
+    grads = []
+    for rows in (1000, 3):
+        model = fresh_policy(tiny_dir)
+        learner = Learner(model, algorithm, LearnerConfig(lr=1e-2, microbatch_rows=rows))
+        learner.optimizer.step = lambda: None
+        learner.update(units, forced_advantages(units))
+        grads.append(torch.cat([p.grad.flatten() for p in model.model.parameters()]))
+    return grads
+
+
+def test_a_registered_loss_is_weighted_at_the_level_it_declares(tiny_dir):
+    """A new loss declares what it averages over in the registry, and the learner weights
+    its micro-batches by that: a token-mean loss registered as "tokens" sums to the
+    one-batch gradient; the same loss registered as "units" does not (the control)."""
+    from srpo_agents.objective import POLICY_LOSSES, Algorithm, register_policy_loss
+
+    token_mean = POLICY_LOSSES["token_clip"].fn
+    try:
+        register_policy_loss("test_tokens", averages_over="tokens")(token_mean)
+        register_policy_loss("test_units", averages_over="units")(token_mean)
+        right = _microbatch_gradients(tiny_dir, Algorithm("output", "task", "test_tokens"))
+        wrong = _microbatch_gradients(tiny_dir, Algorithm("output", "task", "test_units"))
+    finally:
+        POLICY_LOSSES.pop("test_tokens", None)
+        POLICY_LOSSES.pop("test_units", None)
+    torch.testing.assert_close(right[0], right[1], rtol=1e-4, atol=1e-7)
+    assert not torch.allclose(wrong[0], wrong[1], rtol=1e-3, atol=1e-6)
+    with pytest.raises(ValueError, match="averages_over='sets'"):
+        register_policy_loss("test_bad", averages_over="sets")
 
 
 def small_config(tiny_dir, out, steps, resume=False):

@@ -11,7 +11,7 @@ import torch
 
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
-from srpo_agents.events import build_units
+from srpo_agents.events import UnitBatch, build_units
 from srpo_agents.learner import Learner, LearnerConfig
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_agents.policy import Policy, load_policy
@@ -68,7 +68,7 @@ def test_kl_gradient_and_figures_do_not_depend_on_microbatch_rows(tiny_dir, algo
                            ALGORITHMS[algo].unit)
     whole, figures_whole, _ = gradient_and_figures(tiny_dir, algo, units, rows=1000)
     split, figures_split, learner = gradient_and_figures(tiny_dir, algo, units, rows=2)
-    assert len(learner._microbatches(units)) > 3
+    assert len(learner._microbatches(UnitBatch(units, np.zeros(len(units))))) > 3
     assert figures_whole["kl"] > 1e-3                       # the KL term is not vacuous
     assert 0 < figures_whole["clip_fraction"] < 1            # nor the clip figure
     relative = float((whole - split).norm() / whole.norm())

@@ -231,8 +231,3 @@ def test_reinforce_loss_by_hand():
     assert logp.grad[1].tolist() == pytest.approx([0.5, 0.5, 0.5])
 
 
-def test_every_algorithm_states_its_formula_and_paper():
-    from srpo_agents.objective import ALGORITHMS
-
-    for name, algorithm in ALGORITHMS.items():
-        assert "arXiv" in algorithm.about and ("=" in algorithm.about), name

@@ -317,7 +317,11 @@ def test_routed_training_run_reports_routing(tmp_path, per_role):
         assert sum(counts.values()) == 6 and set(counts) <= {"1", "2", "3"}
         assert sum(v["episodes"] for v in row["by_route_k"].values()) == 6
         assert 1 <= row["route_mean_k"] <= 3 and row["mean_set_size"] >= 1
-    assert summary["after"]["routing"]["route_parse_failures"] >= 0
+    held_out = summary["after"]["routing"]
+    # every held-out episode (3 tasks x k = 2) was routed, and an unreadable reply is one
+    # of the routes counted (it took the default route), never an extra one
+    assert sum(v["episodes"] for v in held_out["by_route_k"].values()) == 6
+    assert held_out["route_parse_failures"] <= sum(held_out["route_k_counts"].values())
     assert (tmp_path / "run" / "routing.png").is_file()
     assert (tmp_path / "run" / "policy-router").is_dir() == per_role
     assert np.isfinite(rows[-1]["reward"])

@@ -1,0 +1,318 @@
+"""One training run's state and its stages, so that ``train.train`` reads as its loop.
+
+``TrainingRun.open`` sets a run up: seeds, the starting policy (from its model source),
+the train, test and validation env pools, per-role adapters or policies, the rollout
+engine (this process or Ray workers), one learner per policy, and, with ``resume``, the
+latest checkpoint (weights, optimizers, random generators, the step to continue from).
+Then per step: ``step`` (rollouts -> action units -> advantages -> update, and the
+step's metrics), ``validate`` (the validation split, every ``eval_every`` steps),
+``record`` (``metrics.jsonl``, TensorBoard, the progress bar) and ``save`` (an atomic
+checkpoint). ``finish`` evaluates on the test split and writes ``summary.json`` and the
+plots.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from srpo_agents import faults
+from srpo_agents.checkpoint import (
+    SHARED,
+    has_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    write_json_atomic,
+)
+from srpo_agents.config import TrainConfig
+from srpo_agents.envs import env_factory
+from srpo_agents.evaluate import eval_pool, evaluate
+from srpo_agents.learner import Learner, LearnerConfig
+from srpo_agents.metrics_log import append_json_line, read_metrics_rows, write_json_lines_atomic
+from srpo_agents.model_sources import model_source, resolve_model
+from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+from srpo_agents.plots import plot_curve
+from srpo_agents.policy import Policy
+from srpo_agents.routing_stats import plot_routing
+from srpo_agents.step import (
+    check_data,
+    held_out,
+    make_engine,
+    step_metrics,
+    time_breakdown,
+    train_step,
+)
+from srpo_agents.verdicts import task_difference
+
+
+def _quiet(*_: Any) -> None:
+    """The log of data-parallel ranks other than 0."""
+
+
+def _all_gather_rollouts(rollouts: list) -> list:
+    """Every rank's episodes, on every rank, in rank order (Transitions and token rows)."""
+    from srpo_agents.rollout_io import rollout_rows, rollouts_from_rows
+
+    mine = [row for rollout in rollouts for row in rollout_rows(rollout)]
+    gathered: list = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(gathered, mine)
+    return rollouts_from_rows((row, f"rank {r}") for r, rows in enumerate(gathered)
+                              for row in rows)
+
+
+def learner_config(config: TrainConfig) -> LearnerConfig:
+    return LearnerConfig(
+        lr=config.lr, epochs=config.epochs, minibatch_units=config.minibatch_units,
+        microbatch_rows=config.microbatch_rows, eps_low=config.eps_low,
+        eps_high=config.eps_high, beta=config.beta, max_grad_norm=config.max_grad_norm,
+        temperature=config.temperature, data_parallel=config.data_parallel,
+        adv_eps=config.adv_eps)
+
+
+@dataclasses.dataclass
+class TrainingRun:
+    config: TrainConfig
+    log: Any
+    run_dir: Path
+    started: float
+    rank: int
+    world: int
+    warm: dict
+    algorithm: Any
+    estimator: Any
+    train_envs: list
+    test: tuple[list, list[int]]          # (envs, task indices)
+    validation: tuple[list, list[int]]
+    engine: Any                           # evaluations (and training, without Ray)
+    rollout: Any                          # what plays the training episodes
+    policies: dict[str, Policy]
+    learners: dict[str, Learner]
+    generators: dict[str, Any]
+    task_rng: random.Random
+    before: dict | None = None
+    start_step: int = 0
+    updates_total: int = 0
+    eval_seconds: float = 0.0             # the before and after evaluations
+    board: Any = None
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.run_dir / "metrics.jsonl"
+
+    @classmethod
+    def open(cls, config: TrainConfig, log=print, before: dict | None = None) -> TrainingRun:
+        check_data(config)
+        resolve_model(config.model)  # a bad --model fails in seconds, before the run folder
+        rank, world = 0, 1
+        if config.data_parallel:
+            from srpo_agents.learner import init_data_parallel
+
+            rank, world = init_data_parallel()
+            if rank:  # every rank keeps its own files; rank 0's are the run's
+                options = model_source(config.model).rank_options(config)
+                config = dataclasses.replace(config, model_options=options,
+                                             out=str(Path(config.out) / f"rank-{rank}"))
+                log = _quiet
+        run_dir = Path(config.out)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        random.seed(config.sampling_seed)
+        np.random.seed(config.sampling_seed)
+        torch.manual_seed(config.sampling_seed)
+        if rank:
+            torch.distributed.barrier()  # rank 0 builds (or finds) the warm start first
+        policy, warm = model_source(config.model).prepare(config, run_dir, log)
+        if config.data_parallel and not rank:
+            torch.distributed.barrier()
+        algorithm = ALGORITHMS[config.algo]
+        estimator = ADVANTAGE_ESTIMATORS[config.advantage or algorithm.advantage]
+        train_envs = eval_pool(env_factory(config, "train", policy.count_tokens),
+                               config.tasks_per_step * config.group_size, config.sampling_seed)
+        test = held_out(config, policy.count_tokens, log=log)
+        validation = ([], [])
+        if config.eval_every:  # the curve during training reads validation tasks, never test
+            validation = held_out(config, policy.count_tokens, "validation",
+                                  config.curve_tasks or config.eval_tasks, log)
+        roles = sorted(set(train_envs[0].roles.values()))
+        if config.per_role_adapters:  # one frozen base, one LoRA adapter per role
+            from srpo_agents.adapters import attach_role_adapters
+
+            policy = attach_role_adapters(policy, roles, rank=config.lora_rank,
+                                          alpha=config.lora_alpha, targets=config.lora_targets)
+        role_policies = {}
+        if config.per_role_policies:
+            role_policies = {role: Policy(copy.deepcopy(policy.model), policy.tokenizer,
+                                          f"{policy.name}#{role}") for role in roles}
+        engine = make_engine(config, policy, role_policies)
+        rollout = engine
+        if config.rollout_workers:
+            from srpo_agents.ray_rollout import RayRolloutEngine
+
+            rollout = RayRolloutEngine(config, policy, config.rollout_workers,
+                                       address=config.ray_address)
+        policies = role_policies or {SHARED: policy}
+        settings = learner_config(config)
+        learners = {name: Learner(p, algorithm, settings, seed=config.sampling_seed)
+                    for name, p in policies.items()}
+        task_rng = random.Random(config.sampling_seed)
+        generators = {"task_rng": task_rng, **engine.sampler_generators(),
+                      **{f"learner_rng:{name}": lrn.rng for name, lrn in learners.items()}}
+        run = cls(config, log, run_dir, started, rank, world, warm, algorithm, estimator,
+                  train_envs, test, validation, engine, rollout, policies, learners,
+                  generators, task_rng, before)
+        run._resume_or_start()
+        return run
+
+    def _resume_or_start(self) -> None:
+        config, log = self.config, self.log
+        if config.resume and has_checkpoint(self.run_dir):
+            payload = load_checkpoint(self.run_dir, policies=self.policies,
+                                      optimizers={n: lrn.optimizer
+                                                  for n, lrn in self.learners.items()},
+                                      generators=self.generators, log=log)
+            self.start_step = payload["step"]
+            self.before = payload["extra"].get("before") or self.before
+            self.engine.policy_version = self.rollout.policy_version = self.start_step
+            # rows of the steps to be replayed go, and so does a line torn by a kill
+            kept = [row for row in read_metrics_rows(self.metrics_path)
+                    if row["step"] < self.start_step]
+            write_json_lines_atomic(self.metrics_path, kept)
+            log(f"resumed from {payload['folder']} at step {self.start_step}")
+        elif self.metrics_path.exists():
+            self.metrics_path.unlink()
+        if self.before is None:
+            self.before = self._test("before")
+        if self.start_step:
+            rows = read_metrics_rows(self.metrics_path)
+            self.updates_total = rows[-1].get("updates_total", 0) if rows else 0
+        if config.tensorboard:
+            from srpo_agents.tensorboard_log import TensorBoardLog
+
+            self.board = TensorBoardLog(self.run_dir / "tensorboard")
+            if not self.start_step:
+                self.board.evaluation("before", self.before, 0)
+
+    def _evaluate(self, tag: str, envs: list, indices: list[int]) -> tuple[dict, float]:
+        tick = time.monotonic()
+        # a bar for the test evaluations before and after (the train bar covers the rest)
+        label = f"held-out {tag}" if tag in ("before", "after") else ""
+        result = evaluate(self.engine, envs, indices, self.config.eval_k, tag=tag,
+                          progress=label)
+        return result, time.monotonic() - tick
+
+    def _test(self, tag: str) -> dict:
+        result, spent = self._evaluate(tag, *self.test)
+        self.eval_seconds += spent
+        k = self.config.eval_k
+        self.log(f"{tag}: avg@{k} {result['avg_at_k']:.3f} (+-{result['avg_at_k_stderr']:.3f}), "
+                 f"pass@{k} {result['pass_at_k']:.3f}")
+        return result
+
+    def progress(self):
+        return tqdm(range(self.start_step, self.config.steps), initial=self.start_step,
+                    total=self.config.steps, desc="srpo train", disable=None)
+
+    def step(self, step: int) -> dict[str, Any]:
+        """One RL step (``train.train_step``) on freshly drawn tasks; the step's metrics."""
+        config, rollout = self.config, self.rollout
+        faults.at_step(step)
+        tick = time.monotonic()
+        tasks = [self.task_rng.randrange(self._train_tasks() or 2**31)
+                 for _ in range(config.tasks_per_step)]
+        options = [{"task_index": t, "episode_id": f"s{step}-t{i}-g{g}"}
+                   for i, t in enumerate(tasks) for g in range(config.group_size)]
+        lost_before = getattr(rollout, "lost_episodes", 0)
+        gather = None
+        if self.world > 1:  # this rank plays its whole tasks; every rank then has all
+            options = [o for n, o in enumerate(options)
+                       if (n // config.group_size) % self.world == self.rank]
+            gather = _all_gather_rollouts
+        rollouts, stats, update = train_step(rollout, self.train_envs[:len(options)], options,
+                                             self.algorithm, self.estimator, self.learners,
+                                             config.dynamic_sampling, gather)
+        if rollout is not self.engine:  # the evaluations' engine follows the new weights
+            self.engine.policy_version = rollout.policy_version
+            update.update(episodes_lost=rollout.lost_episodes - lost_before,
+                          worker_restarts=rollout.worker_restarts)
+        self.updates_total += update.get("updates", 0)
+        row = step_metrics(rollouts, stats, update, step, time.monotonic() - tick)
+        row["updates_total"] = self.updates_total
+        return row
+
+    def _train_tasks(self) -> int | None:
+        return getattr(self.train_envs[0], "num_tasks", None)
+
+    def validates_after(self, step: int) -> bool:
+        every = self.config.eval_every
+        return bool(every) and (step + 1) % every == 0 and step + 1 < self.config.steps
+
+    def validate(self, step: int) -> dict[str, Any]:
+        mid, spent = self._evaluate(f"s{step}", *self.validation)
+        return {"eval_avg_at_k": mid["avg_at_k"], "eval_avg_at_k_stderr": mid["avg_at_k_stderr"],
+                "eval_pass_at_k": mid["pass_at_k"], "eval_tasks": mid["tasks"],
+                "eval_split": "validation", "eval_seconds": spent}
+
+    def record(self, row: dict[str, Any], bar) -> None:
+        append_json_line(self.metrics_path, row)
+        if self.board is not None:
+            self.board.row(row)
+        bar.set_postfix(acc=f"{row['accuracy']:.2f}", upd=self.updates_total,
+                        mixed=f"{row['mixed_group_fraction']:.2f}",
+                        ent=f"{row.get('entropy', 0.0):.2f}",
+                        kl=f"{row.get('approx_kl', 0.0):.3f}",
+                        clip=f"{row.get('clip_fraction', 0.0):.2f}",
+                        tok=f"{row['tokens_per_task']:.0f}",
+                        calls=f"{row['tool_calls_per_task']:.1f}")
+
+    def saves_after(self, step: int) -> bool:
+        # The last step is saved before the final evaluation, so a longer run resumed
+        # from it draws exactly the random numbers an uninterrupted run would.
+        every = self.config.save_every
+        return bool(every and (step + 1) % every == 0) or step + 1 == self.config.steps
+
+    def save(self, step: int) -> None:
+        save_checkpoint(self.run_dir, policies=self.policies,
+                        optimizers={n: lrn.optimizer for n, lrn in self.learners.items()},
+                        step=step + 1, config=self.config.to_dict(),
+                        generators=self.generators, extra={"before": self.before})
+
+    def finish(self) -> dict[str, Any]:
+        """The test evaluation after training; ``summary.json``, the curve and plots."""
+        config, log = self.config, self.log
+        faults.at_step(None)
+        if self.rollout is not self.engine:
+            self.rollout.shutdown()
+        after = self._test("after")
+        if self.board is not None:
+            self.board.evaluation("after", after, config.steps)
+            self.board.close()
+        difference = task_difference(self.before, after)
+        k = config.eval_k
+        log(f"after - before (paired over {difference['tasks']} tasks): avg@{k} "
+            f"{difference['avg_at_k']:+.3f} +- {difference['avg_at_k_stderr']:.3f} "
+            f"({difference['avg_at_k_z']:+.1f} SE), pass@{k} "
+            f"{difference['pass_at_k']:+.3f} +- {difference['pass_at_k_stderr']:.3f}")
+        wall = time.monotonic() - self.started
+        summary = {"config": config.to_dict(), "warm_start": self.warm, "before": self.before,
+                   "after": after, "difference": difference,
+                   "time_breakdown": time_breakdown(self.metrics_path, self.warm,
+                                                    self.eval_seconds, wall),
+                   "wall_time_s": wall}
+        write_json_atomic(self.run_dir / "summary.json", summary)
+        title = f"{config.env} {config.workflow} {config.algo}"
+        try:
+            plot_curve(self.metrics_path, self.run_dir / "learning_curve.png", title,
+                       self.before, after, config.steps)
+            plot_routing(read_metrics_rows(self.metrics_path), self.run_dir / "routing.png",
+                         f"{title}: routing")
+        except ImportError:
+            log("matplotlib is not installed: no learning_curve.png")
+        return summary
