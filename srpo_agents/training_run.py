@@ -35,7 +35,7 @@ from srpo_agents.checkpoint import (
 from srpo_agents.config import TrainConfig
 from srpo_agents.envs import env_factory
 from srpo_agents.evaluate import eval_pool, evaluate
-from srpo_agents.learner import Learner, LearnerConfig
+from srpo_agents.learner import Learner
 from srpo_agents.metrics_log import append_json_line, read_metrics_rows, write_json_lines_atomic
 from srpo_agents.model_sources import model_source, resolve_model
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
@@ -66,15 +66,6 @@ def _all_gather_rollouts(rollouts: list) -> list:
     torch.distributed.all_gather_object(gathered, mine)
     return rollouts_from_rows((row, f"rank {r}") for r, rows in enumerate(gathered)
                               for row in rows)
-
-
-def learner_config(config: TrainConfig) -> LearnerConfig:
-    return LearnerConfig(
-        lr=config.lr, epochs=config.epochs, minibatch_units=config.minibatch_units,
-        microbatch_rows=config.microbatch_rows, eps_low=config.eps_low,
-        eps_high=config.eps_high, beta=config.beta, max_grad_norm=config.max_grad_norm,
-        temperature=config.temperature, data_parallel=config.data_parallel,
-        adv_eps=config.adv_eps)
 
 
 @dataclasses.dataclass
@@ -159,7 +150,7 @@ class TrainingRun:
             rollout = RayRolloutEngine(config, policy, config.rollout_workers,
                                        address=config.ray_address)
         policies = role_policies or {SHARED: policy}
-        settings = learner_config(config)
+        settings = config.learner()
         learners = {name: Learner(p, algorithm, settings, seed=config.sampling_seed)
                     for name, p in policies.items()}
         task_rng = random.Random(config.sampling_seed)

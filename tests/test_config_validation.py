@@ -1,6 +1,7 @@
 """Every flag and config field is checked up front: the error names the field, the value
 and what is allowed (issue 13's cases), before any warm start or training."""
 
+import dataclasses
 import json
 
 import pytest
@@ -83,3 +84,37 @@ def test_cli_flags_of_eval_and_rollout_are_checked(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["train", "--steps", "many"])  # argparse: invalid int value
     assert "argument --steps: invalid int value: 'many'" in capsys.readouterr().err
+
+
+def test_a_config_json_from_before_the_sections_still_loads():
+    """``config_before_sections.json``: a run's recorded config as the flat TrainConfig
+    of before the sections wrote it. It loads unchanged: every value reads back, and the
+    only new key is the learner's weight decay, at its default."""
+    import json
+    from pathlib import Path
+
+    from srpo_agents.config import SECTIONS, TrainConfig
+
+    recorded = json.loads((Path(__file__).parent / "config_before_sections.json").read_text())
+    loaded = json.loads(json.dumps(TrainConfig(**recorded).to_dict()))
+    assert {k: loaded[k] for k in recorded} == recorded
+    assert set(loaded) - set(recorded) == {"weight_decay"} and loaded["weight_decay"] == 0.0
+    # each field is declared in exactly one section
+    names = [f.name for section in SECTIONS for f in dataclasses.fields(section)]
+    assert len(names) == len(set(names)) == len(dataclasses.fields(TrainConfig))
+
+
+def test_the_learner_section_has_one_bound_per_field():
+    """A bound is checked once, in its section: the learner alone and a whole run reject
+    the same value with the same message (they disagreed on eps_low = 0 before)."""
+    from srpo_agents.config import LearnerConfig, TrainConfig
+
+    for bad in ({"eps_low": 0.0}, {"lr": 1.5}, {"adv_eps": 0.0}, {"weight_decay": -1.0},
+                {"microbatch_rows": 0}):
+        with pytest.raises(ValueError) as alone:
+            LearnerConfig(**bad)
+        with pytest.raises(ValueError) as whole:
+            TrainConfig(**bad)
+        assert str(alone.value) == str(whole.value), bad
+    config = TrainConfig(lr=3e-4, eps_high=0.28)
+    assert config.learner() == LearnerConfig(lr=3e-4, eps_high=0.28)
