@@ -25,20 +25,23 @@ Deliberate choices:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from srpo_agents.policy import Policy
+if TYPE_CHECKING:  # annotations only: policy.py imports this module
+    from srpo_agents.policy import Policy
+
 
 MANIFEST = "role_adapters.json"
 """The file that marks a folder of role adapters: the base's name and the roles."""
 
 
-def _require_peft():
+def require_peft():
     try:
         import peft
     except ImportError as err:  # pragma: no cover - the [lora] extra is not installed
@@ -48,7 +51,7 @@ def _require_peft():
 
 
 def lora_config(rank: int, alpha: float, targets: Sequence[str]):
-    peft = _require_peft()
+    peft = require_peft()
     target = "all-linear" if tuple(targets) == ("all-linear",) else list(targets)
     return peft.LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0,
                            target_modules=target, bias="none", task_type="CAUSAL_LM")
@@ -60,7 +63,7 @@ def attach_role_adapters(policy: Policy, roles: Sequence[str], *, rank: int = 8,
     """``policy`` with its model wrapped in a PEFT model holding one LoRA adapter per
     role (named by the role), the base frozen and every adapter trainable. Each adapter
     starts at zero (LoRA's B = 0), so the wrapped policy acts as the base at first."""
-    peft = _require_peft()
+    peft = require_peft()
     roles = sorted(set(roles))
     if not roles:
         raise ValueError("attach_role_adapters: no roles to give an adapter")
@@ -73,8 +76,8 @@ def attach_role_adapters(policy: Policy, roles: Sequence[str], *, rank: int = 8,
         model.add_adapter(role, lora_config(rank, alpha, targets))
     _train_every_adapter(model, roles)
     base_name = getattr(policy, "base_name", "") or policy.name
-    return Policy(model=model, tokenizer=policy.tokenizer, name=policy.name,
-                  adapter_roles=tuple(roles), base_name=base_name)
+    return dataclasses.replace(policy, model=model, adapter_roles=tuple(roles),
+                               base_name=base_name)
 
 
 def _train_every_adapter(model, roles: Sequence[str]) -> None:
@@ -130,27 +133,8 @@ def save_role_adapters(policy: Policy, directory: Path) -> None:
 
 
 def is_adapter_folder(path: str | Path) -> bool:
+    """A folder of ``save_role_adapters`` (``srpo_agents.policy.load_policy`` loads it)."""
     return (Path(path) / MANIFEST).is_file()
-
-
-def load_role_adapters(path: str | Path, *, device: str = "cpu", dtype: Any = None) -> Policy:
-    """A policy from a folder written by ``save_role_adapters``: its base (by the
-    manifest's name) with every role's adapter, frozen (for sampling; training attaches
-    fresh adapters and restores a checkpoint's weights into them)."""
-    from srpo_agents.policy import load_policy
-
-    peft = _require_peft()
-    path = Path(path)
-    manifest = json.loads((path / MANIFEST).read_text())
-    roles = manifest["roles"]
-    plain = load_policy(manifest["base"], device=device, dtype=dtype)
-    model = peft.PeftModel.from_pretrained(plain.model, str(path / roles[0]),
-                                           adapter_name=roles[0])
-    for role in roles[1:]:
-        model.load_adapter(str(path / role), adapter_name=role)
-    model.to(device)
-    return Policy(model=model, tokenizer=plain.tokenizer, name=str(path),
-                  adapter_roles=tuple(roles), base_name=manifest["base"])
 
 
 def parameter_counts(policy: Policy) -> dict[str, int]:

@@ -8,6 +8,7 @@ from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from srpo_agents.envs import env_kwargs
 from srpo_agents.model_sources import DEFAULT_MODEL, check_options, model_source
 from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_envs import registry
@@ -346,8 +347,6 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
             self.out = f"runs/{self.env}-{self.workflow}-{self.algo}-s{self.seed}"
         # The env's own config checks every argument the run will build it with (levels,
         # agent counts, routes, prompts, extra_env_kwargs), here and not at step 1.
-        from srpo_agents.envs import env_kwargs
-
         flags = {spec.agents_argument: "--n-agents", spec.turns_argument: "--max-turns",
                  spec.levels_argument: "--difficulty"}
         for split in ("train", "validation", "test"):

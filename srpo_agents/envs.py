@@ -11,11 +11,13 @@ each env's documented default prompts.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from srpo_agents.config import TrainConfig
 from srpo_envs.registry import RunSettings, get
 from srpo_envs.routing import TokenCounter
+
+if TYPE_CHECKING:  # for the annotations only: config imports this module
+    from srpo_agents.config import TrainConfig
 
 
 def run_settings(config: TrainConfig, split: str,

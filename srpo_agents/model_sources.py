@@ -22,7 +22,8 @@ log) -> (policy, meta)``, ``rank_options(config)`` (a data-parallel rank's optio
 ``owns(folder)`` (a saved model folder is one of its models, so ``srpo eval`` on it uses
 this source's settings). The
 test-scale ``tiny`` model is the one plug-in here (``srpo_agents.tiny``); every other
-name goes to ``PretrainedSource``, which loads what ``resolve_model`` finds.
+name goes to ``PRETRAINED`` (``policy.PretrainedSource``), which loads what
+``resolve_model`` finds.
 """
 
 from __future__ import annotations
@@ -122,33 +123,16 @@ PLUGINS = {"tiny": "srpo_agents.tiny.source:TinySource"}
 """Model sources by name, as ``module:class`` (imported on first use)."""
 
 
-class PretrainedSource:
-    """A pretrained LLM: anything ``resolve_model`` finds, loaded by transformers."""
-
-    name = "pretrained"
-    options = None
-    compact_prompts = False
-
-    def prepare(self, config, run_dir: Path, log) -> tuple:
-        from srpo_agents.policy import load_policy, resolve_device, resolve_dtype
-
-        device = resolve_device(config.device)
-        return load_policy(config.model, device=device,
-                           dtype=resolve_dtype(config.dtype, device)), {}
-
-    @staticmethod
-    def rank_options(config) -> dict:
-        """The options of a data-parallel rank other than 0 (whose --out is its own)."""
-        return dict(config.model_options)
+PRETRAINED = "srpo_agents.policy:PretrainedSource"
+"""The source of every other name: a pretrained LLM that ``resolve_model`` finds, loaded
+by transformers (named, like the plug-ins, so this module never imports the loader)."""
 
 
 def model_source(name: str):
-    """The source behind ``--model name``: its plug-in, else ``PretrainedSource``."""
-    if name not in PLUGINS:
-        return PretrainedSource()
+    """The source behind ``--model name``: its plug-in, else ``PRETRAINED``."""
     from importlib import import_module
 
-    module, _, cls = PLUGINS[name].partition(":")
+    module, _, cls = PLUGINS.get(name, PRETRAINED).partition(":")
     return getattr(import_module(module), cls)()
 
 

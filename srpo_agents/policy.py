@@ -29,8 +29,10 @@ Deliberate choices:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -213,12 +215,12 @@ def load_policy(name_or_path: str, *, device: str = "cpu",
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from srpo_agents.adapters import is_adapter_folder, load_role_adapters
+    from srpo_agents.adapters import is_adapter_folder
     from srpo_agents.model_sources import resolve_model
 
     name_or_path = resolve_model(str(name_or_path))  # a .gguf or known source: a folder
     if is_adapter_folder(name_or_path):  # a base and one LoRA adapter per role
-        return load_role_adapters(name_or_path, device=device, dtype=dtype)
+        return _load_role_adapters(Path(name_or_path), device=device, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
@@ -229,3 +231,40 @@ def load_policy(name_or_path: str, *, device: str = "cpu",
         name_or_path, dtype=dtype if dtype is not None else "auto")
     model.to(device)
     return Policy(model=model, tokenizer=tokenizer, name=str(name_or_path))
+
+
+def _load_role_adapters(path: Path, *, device: str = "cpu", dtype=None) -> Policy:
+    """A policy from a folder written by ``adapters.save_role_adapters``: its base (by the
+    manifest's name) with every role's adapter, frozen (for sampling; training attaches
+    fresh adapters and restores a checkpoint's weights into them)."""
+    from srpo_agents.adapters import MANIFEST, require_peft
+
+    peft = require_peft()
+    manifest = json.loads((path / MANIFEST).read_text())
+    roles = manifest["roles"]
+    plain = load_policy(manifest["base"], device=device, dtype=dtype)
+    model = peft.PeftModel.from_pretrained(plain.model, str(path / roles[0]),
+                                           adapter_name=roles[0])
+    for role in roles[1:]:
+        model.load_adapter(str(path / role), adapter_name=role)
+    model.to(device)
+    return Policy(model=model, tokenizer=plain.tokenizer, name=str(path),
+                  adapter_roles=tuple(roles), base_name=manifest["base"])
+
+
+class PretrainedSource:
+    """A pretrained LLM: anything ``resolve_model`` finds, loaded by transformers."""
+
+    name = "pretrained"
+    options = None
+    compact_prompts = False
+
+    def prepare(self, config, run_dir: Path, log) -> tuple:
+        device = resolve_device(config.device)
+        return load_policy(config.model, device=device,
+                           dtype=resolve_dtype(config.dtype, device)), {}
+
+    @staticmethod
+    def rank_options(config) -> dict:
+        """The options of a data-parallel rank other than 0 (whose --out is its own)."""
+        return dict(config.model_options)
