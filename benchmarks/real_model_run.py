@@ -30,12 +30,11 @@ import argparse
 import json
 from pathlib import Path
 
-from srpo_bench.machine import describe, write_results  # isort: skip (sort it once the running real-model run ends)
-
 from srpo_agents.checkpoint import has_checkpoint
 from srpo_agents.config import TrainConfig, same_settings
 from srpo_agents.train import train
 from srpo_agents.verdicts import task_difference
+from srpo_bench.machine import describe, write_results
 
 BASE = dict(env="SRPO-Math-v0", difficulty=(1,), model="smollm2-135m-instruct",
             max_new_tokens=128, max_turns=1, tasks_per_step=4, group_size=8, epochs=1,
