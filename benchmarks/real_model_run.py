@@ -4,6 +4,7 @@ at the same budget, each evaluated before and after on 500 held-out tasks.
 
     python benchmarks/real_model_run.py pilot [--lrs 1e-5 3e-6] [--steps 6]
     python benchmarks/real_model_run.py run --lr LR [--steps N]
+    python benchmarks/real_model_run.py report --lr LR [--steps N]   # what has finished
 
 Setting (``BASE``): SRPO-Math-v0 level 1 (one addition or subtraction of numbers up to
 20), the full role prompts in the model's chat template, ``max_new_tokens`` 128 per
@@ -30,10 +31,11 @@ import argparse
 import json
 from pathlib import Path
 
-from srpo_agents.checkpoint import has_checkpoint
+from srpo_agents.checkpoint import checkpoint_dirs, has_checkpoint
 from srpo_agents.config import TrainConfig, same_settings
+from srpo_agents.metrics_log import read_metrics_rows
 from srpo_agents.train import train
-from srpo_agents.verdicts import task_difference
+from srpo_agents.verdicts import diff_cell, difference, task_difference
 from srpo_bench.machine import describe, write_results
 
 BASE = dict(env="SRPO-Math-v0", difficulty=(1,), model="smollm2-135m-instruct",
@@ -99,6 +101,12 @@ def report(args, summaries: dict[str, dict]) -> None:
              "train wall (min) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     data = {}
     for name, summary in summaries.items():
+        if "after" not in summary:  # still training (``report`` mode)
+            lines.append(f"| {name} | {RUNS[name]} | {summary['before']['avg_at_k']:.3f} | "
+                         f"running: {summary['steps_done']} of {args.steps} steps done | "
+                         "| | | | | | |" if summary.get("before") else
+                         f"| {name} | {RUNS[name]} | running | | | | | | | | |")
+            continue
         before, after = summary["before"], summary["after"]
         diff = task_difference(before, after)
         wall = summary.get("time_breakdown", {}).get("total", 0.0)
@@ -112,13 +120,41 @@ def report(args, summaries: dict[str, dict]) -> None:
                       "after": {k: v for k, v in after.items() if not k.startswith("per_")},
                       "difference": diff, "time_breakdown": summary.get("time_breakdown"),
                       "config": summary["config"]}
+    lines += ["", "train wall: each run's own wall time, evaluations included; other jobs "
+              "shared the 2 cores for much of it (the single agent ran beside the team), so "
+              "the times are upper bounds."]
+    if not all("after" in summary for summary in summaries.values()):
+        lines += ["", "Partial: a run is still training. The command above resumes it from "
+                  "its last checkpoint and rewrites this table when both are done."]
+    if all("after" in summary for summary in summaries.values()):
+        rows = {name: [{"seed": 0, "per_task_avg": summary["after"]["per_task_avg"]}]
+                for name, summary in summaries.items()}
+        versus = difference(rows["team"], rows["single"])
+        data["team_minus_single"] = {k: versus[k] for k in ("diff", "se", "verdict",
+                                                             "seeds_to_separate")}
+        lines += ["", "Team minus single agent after training, paired by task: "
+                  + diff_cell(versus) + "."]
     write_results("real_model_run", lines, data)
+
+
+def progress(config: TrainConfig) -> dict:
+    """A run's finished summary, or how far it got (its checkpointed "before" and the
+    steps in its metrics.jsonl)."""
+    summary = Path(config.out) / "summary.json"
+    if summary.is_file():
+        return json.loads(summary.read_text())
+    rows = read_metrics_rows(Path(config.out) / "metrics.jsonl")
+    folders = checkpoint_dirs(Path(config.out))  # newest first; its state.json, not weights
+    state = json.loads((folders[0] / "state.json").read_text()) if folders else {}
+    before = state.get("payload", {}).get("extra", {}).get("before")
+    return {"before": before, "steps_done": len(rows)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["pilot", "run"])
+    parser.add_argument("mode", choices=["pilot", "run", "report"],
+                        help="report: write the table of what has finished, running nothing")
     parser.add_argument("--lrs", type=float, nargs="+", default=[1e-5, 3e-6, 3e-5])
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--steps", type=int, default=6)
@@ -128,8 +164,8 @@ def main() -> None:
     if args.mode == "pilot":
         pilot(args, out)
         return
-    summaries = {name: run_one(config_for(name, out, args.lr, args.steps)) for name in RUNS}
-    report(args, summaries)
+    step = run_one if args.mode == "run" else progress
+    report(args, {name: step(config_for(name, out, args.lr, args.steps)) for name in RUNS})
 
 
 if __name__ == "__main__":
