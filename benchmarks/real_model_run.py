@@ -98,7 +98,7 @@ def report(args, summaries: dict[str, dict]) -> None:
              "of the generator's test split, k = 1.", "",
              "| run | workflow | before avg@1 | after avg@1 | after - before (paired) | z | "
              "boxed before | boxed after | tokens/task before | tokens/task after | "
-             "train wall (min) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "wall of its last invocation (min) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     data = {}
     for name, summary in summaries.items():
         if "after" not in summary:  # still training (``report`` mode)
@@ -120,9 +120,10 @@ def report(args, summaries: dict[str, dict]) -> None:
                       "after": {k: v for k, v in after.items() if not k.startswith("per_")},
                       "difference": diff, "time_breakdown": summary.get("time_breakdown"),
                       "config": summary["config"]}
-    lines += ["", "train wall: each run's own wall time, evaluations included; other jobs "
-              "shared the 2 cores for much of it (the single agent ran beside the team), so "
-              "the times are upper bounds."]
+    lines += ["", "Wall: the run's last invocation, evaluations included (a resumed run "
+              "counts from its resume: the team resumed at step 6). Other jobs shared the "
+              "2 cores for much of it (the single agent ran beside the team), so the times "
+              "are upper bounds, not costs."]
     if not all("after" in summary for summary in summaries.values()):
         lines += ["", "Partial: a run is still training. The command above resumes it from "
                   "its last checkpoint and rewrites this table when both are done."]
