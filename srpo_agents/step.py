@@ -32,7 +32,8 @@ def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dic
     return model_source(config.model).prepare(config, run_dir, log)
 
 
-def _task_count(envs: list) -> int | None:
+def task_count(envs: list) -> int | None:
+    """Distinct tasks of an env pool, or None for an endless generator."""
     return getattr(envs[0], "num_tasks", None)
 
 
@@ -43,7 +44,7 @@ def _eval_indices(config: TrainConfig, envs: list, wanted: int | None = None,
     says how many)."""
     wanted = config.eval_tasks if wanted is None else wanted
     counter = getattr(envs[0], "distinct_tasks", None)
-    total = counter(wanted) if counter is not None else _task_count(envs)
+    total = counter(wanted) if counter is not None else task_count(envs)
     n = wanted if total is None else min(wanted, total)
     if n < wanted and log is not None:
         log(f"{split} split: {n} distinct tasks (asked for {wanted}); each is used once")

@@ -46,7 +46,9 @@ from srpo_agents.step import (
     check_data,
     held_out,
     make_engine,
+    prepare_policy,
     step_metrics,
+    task_count,
     time_breakdown,
     train_step,
 )
@@ -120,7 +122,7 @@ class TrainingRun:
         torch.manual_seed(config.sampling_seed)
         if rank:
             torch.distributed.barrier()  # rank 0 builds (or finds) the warm start first
-        policy, warm = model_source(config.model).prepare(config, run_dir, log)
+        policy, warm = prepare_policy(config, run_dir, log)
         if config.data_parallel and not rank:
             torch.distributed.barrier()
         algorithm = ALGORITHMS[config.algo]
@@ -216,7 +218,7 @@ class TrainingRun:
         config, rollout = self.config, self.rollout
         faults.at_step(step)
         tick = time.monotonic()
-        tasks = [self.task_rng.randrange(self._train_tasks() or 2**31)
+        tasks = [self.task_rng.randrange(task_count(self.train_envs) or 2**31)
                  for _ in range(config.tasks_per_step)]
         options = [{"task_index": t, "episode_id": f"s{step}-t{i}-g{g}"}
                    for i, t in enumerate(tasks) for g in range(config.group_size)]
@@ -237,9 +239,6 @@ class TrainingRun:
         row = step_metrics(rollouts, stats, update, step, time.monotonic() - tick)
         row["updates_total"] = self.updates_total
         return row
-
-    def _train_tasks(self) -> int | None:
-        return getattr(self.train_envs[0], "num_tasks", None)
 
     def validates_after(self, step: int) -> bool:
         every = self.config.eval_every
