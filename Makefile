@@ -46,7 +46,7 @@ install-test: $(VENV)/.installed-test
 
 # DEMO_ARGS: the demo's own flags, e.g. make demo DEMO_ARGS="--seed 3"
 demo: $(VENV)/.installed
-	$(PY) -m srpo_agents.demo $(DEMO_ARGS)
+	$(PY) -m srpo_agents.running.demo $(DEMO_ARGS)
 
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check .

@@ -7,7 +7,7 @@ the gradients and updated weights, and the update's time.
     python benchmarks/ddp_update.py compare runs/ddp/one runs/ddp/two
 
 ``prepare`` builds a tiny policy and samples Countdown episodes with it (written with
-``srpo_agents.rollout_io``), plus their SRPO advantages. ``update`` runs one
+``srpo_agents.rollout.files``), plus their SRPO advantages. ``update`` runs one
 ``Learner.update`` on them (``data_parallel`` when ``WORLD_SIZE`` > 1: each mini-batch is
 sharded by whole events and the gradients are summed over the ranks) and rank 0 writes
 the gradients, the updated weights and the seconds the update took. ``compare`` prints
@@ -29,11 +29,11 @@ import torch
 
 def prepare(out: Path, tasks: int, group: int, seed: int = 0) -> None:
     from srpo_agents.config import TrainConfig
-    from srpo_agents.envs import env_factory
-    from srpo_agents.events import build_units
-    from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
-    from srpo_agents.rollout import RolloutEngine
-    from srpo_agents.rollout_io import write_rollouts
+    from srpo_agents.learning.events import build_units
+    from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+    from srpo_agents.rollout.engine import RolloutEngine
+    from srpo_agents.rollout.envs import env_factory
+    from srpo_agents.rollout.files import write_rollouts
     from srpo_agents.tiny import build_tiny_policy
 
     out.mkdir(parents=True, exist_ok=True)
@@ -61,11 +61,11 @@ def prepare(out: Path, tasks: int, group: int, seed: int = 0) -> None:
 def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int) -> None:
     from safetensors.torch import save_file
 
-    from srpo_agents.events import build_units
-    from srpo_agents.learner import Learner, LearnerConfig, init_data_parallel
-    from srpo_agents.objective import ALGORITHMS
-    from srpo_agents.policy import load_policy
-    from srpo_agents.rollout_io import read_rollouts
+    from srpo_agents.learning.events import build_units
+    from srpo_agents.learning.learner import Learner, LearnerConfig, init_data_parallel
+    from srpo_agents.learning.objective import ALGORITHMS
+    from srpo_agents.models.policy import load_policy
+    from srpo_agents.rollout.files import read_rollouts
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = init_data_parallel()[0] if world > 1 else 0

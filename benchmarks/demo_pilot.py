@@ -3,7 +3,7 @@ seeds (10 and up), never on the seeds the demo's table reports (0-4).
 
     python benchmarks/demo_pilot.py [--candidates A B] [--seeds 10 11] [--out runs/pilot36]
 
-Each candidate is ``srpo_agents.demo.demo_config`` with its own ``steps`` and ``lr``
+Each candidate is ``srpo_agents.running.demo.demo_config`` with its own ``steps`` and ``lr``
 (everything else the demo's), from the committed start point. A run whose folder holds a
 finished ``summary.json`` of the same setting is read back. Writes
 ``benchmarks/results/demo_pilot.md`` and keeps each run's ``summary.json`` and
@@ -22,9 +22,9 @@ import json
 import shutil
 from pathlib import Path
 
-from srpo_agents.demo import BAR, COMMITTED_START, demo_config, setting_text
-from srpo_agents.train import train
-from srpo_agents.verdicts import cleared
+from srpo_agents.running.demo import BAR, COMMITTED_START, demo_config, setting_text
+from srpo_agents.running.train import train
+from srpo_agents.running.verdicts import cleared
 from srpo_bench.machine import RESULTS, describe
 
 CANDIDATES = {"A": dict(steps=50, lr=6e-5), "B": dict(steps=50, lr=1e-4)}
@@ -83,7 +83,7 @@ def main() -> None:
              f"Command: `python benchmarks/demo_pilot.py --candidates {' '.join(args.candidates)}"
              f" --seeds {' '.join(map(str, args.seeds))} --out {args.out}`", "",
              f"Machine: {describe()}. {args.note}".rstrip(), "",
-             "Every candidate is the demo's setting (`srpo_agents.demo`) from the committed "
+             "Every candidate is the demo's setting (`srpo_agents.running.demo`) from the committed "
              "start point, with its own steps and lr. Held-out: 500 test-split questions x "
              "k=4; ± is the standard error of the per-question difference.", "",
              "| candidate | steps | lr | seed | avg@4 before | avg@4 after | after - before "

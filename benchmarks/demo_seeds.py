@@ -1,4 +1,4 @@
-"""``make demo`` on seeds 0-4, each run on its own as ``python -m srpo_agents.demo --seed
+"""``make demo`` on seeds 0-4, each run on its own as ``python -m srpo_agents.running.demo --seed
 S``, and one table of their results: held-out avg@4 before and after, the difference
 paired by question with its standard error and z, pass@4, and each run's wall time.
 
@@ -30,10 +30,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from srpo_agents.config import TrainConfig, same_settings
-from srpo_agents.demo import BAR, COMMITTED_START, demo_config, redraw_curve, setting_text
-from srpo_agents.policy import load_policy
+from srpo_agents.models.policy import load_policy
+from srpo_agents.running.demo import BAR, COMMITTED_START, demo_config, redraw_curve, setting_text
+from srpo_agents.running.verdicts import cleared
 from srpo_agents.tiny.config import tiny_run
-from srpo_agents.verdicts import cleared
 from srpo_bench.machine import RESULTS, describe
 
 PHASES = ("warm_start", "generation", "env", "update", "evaluation", "other")
@@ -62,7 +62,7 @@ def run_seed(run_dir: Path, seed: int, clone: bool) -> None:
     repo = Path(__file__).resolve().parents[1]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, check=True,
                             capture_output=True, text=True).stdout.strip()
-    command = [sys.executable, "-m", "srpo_agents.demo", "--seed", str(seed),
+    command = [sys.executable, "-m", "srpo_agents.running.demo", "--seed", str(seed),
                "--out", str(run_dir)]
     cwd = repo
     if clone:
@@ -102,7 +102,7 @@ def main() -> None:
         f"--out {args.out}{' --clone' * args.clone}`; each seed is "
         + ("`make demo DEMO_ARGS=\"--seed S\"` in a fresh clone of commit "
            f"{runs[args.seeds[0]]['commit']}, its install included in the wall time"
-           if args.clone else "`python -m srpo_agents.demo --seed S` in its own process")
+           if args.clone else "`python -m srpo_agents.running.demo --seed S` in its own process")
         + ", from the committed start point.", "",
         f"Machine: {describe()}. {args.note}".rstrip(), "",
         f"Setting: {setting_text(demo_config(model=str(COMMITTED_START / 'warmstart')))}.",

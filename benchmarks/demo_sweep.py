@@ -24,8 +24,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from srpo_agents.running.verdicts import task_difference
 from srpo_agents.tiny.config import with_tiny
-from srpo_agents.verdicts import task_difference
 from srpo_bench.harness import before_job, make_pool, map_jobs, run_job, warm_start_job
 from srpo_bench.machine import describe
 from srpo_bench.math_team import math_demo_config as demo_config
@@ -108,7 +108,7 @@ def main() -> None:
         f"Command: `{command}`", "",
         f"Machine: {describe()}. Wall time {(time.monotonic() - started) / 60:.0f} min "
         f"(this invocation; finished cells are read back).", "",
-        f"Setting: `srpo_agents.demo` (SRPO-Math-v0 parallel, 3 solvers + aggregator, tiny "
+        f"Setting: `srpo_agents.running.demo` (SRPO-Math-v0 parallel, 3 solvers + aggregator, tiny "
         f"policy, level 0), seed {args.seed}: {base.steps} steps of {base.tasks_per_step} "
         f"tasks x G={base.group_size}, one epoch per batch split into the given number of "
         f"mini-batches, eps_low {base.eps_low}. One warm start "

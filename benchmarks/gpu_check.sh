@@ -73,9 +73,9 @@ echo "## 3. Rollout tokens/s, hf backend, CPU against GPU (the real model)" >> "
 MODEL="$MODEL" timeout 240 $PY - >> "$REPORT" 2>&1 <<'PY'
 import os, time, torch
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
-from srpo_agents.policy import load_policy
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.rollout.envs import env_factory
+from srpo_agents.models.policy import load_policy
+from srpo_agents.rollout.engine import RolloutEngine
 
 config = TrainConfig(env="SRPO-Math-v0", workflow="single", difficulty=(1,),
                      model=os.environ["MODEL"], max_new_tokens=64)

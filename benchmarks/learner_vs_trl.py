@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from srpo_agents.learner import Learner, LearnerConfig
-from srpo_agents.objective import ALGORITHMS
+from srpo_agents.learning.learner import Learner, LearnerConfig
+from srpo_agents.learning.objective import ALGORITHMS
 from srpo_agents.tiny import build_tiny_policy
 from srpo_bench.batches import make_batch
 
@@ -127,7 +127,7 @@ def main() -> None:
     args.out = args.out or str(Path(__file__).parent / "results" / f"{name}.md")
     with tempfile.TemporaryDirectory() as workdir:
         if args.real:
-            from srpo_agents.policy import load_policy
+            from srpo_agents.models.policy import load_policy
 
             MICRO = 8
             policy = load_policy(REAL["model"])

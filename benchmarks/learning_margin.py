@@ -30,7 +30,7 @@ def run_one(seed: int, kinds: list[str], algos: list[str] | None) -> list[dict]:
     import numpy as np
     import torch
 
-    from srpo_agents.objective import ALGORITHMS
+    from srpo_agents.learning.objective import ALGORITHMS
     from tests import test_learning as tl  # the worker runs with the repository on its path
 
     policy, levels, steps = tl.skilled_start(seed, Path(tempfile.mkdtemp()) / "tiny")

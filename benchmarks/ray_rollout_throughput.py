@@ -24,8 +24,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import torch  # noqa: E402
 
 from srpo_agents.config import TrainConfig  # noqa: E402
-from srpo_agents.envs import env_factory  # noqa: E402
-from srpo_agents.rollout import RolloutEngine  # noqa: E402
+from srpo_agents.rollout.engine import RolloutEngine  # noqa: E402
+from srpo_agents.rollout.envs import env_factory  # noqa: E402
 from srpo_agents.tiny import build_tiny_policy  # noqa: E402
 from srpo_bench.machine import cpu_model  # noqa: E402
 
@@ -51,7 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     import ray
 
-    from srpo_agents.ray_rollout import RayRolloutEngine
+    from srpo_agents.rollout.ray_engine import RayRolloutEngine
 
     config = TrainConfig(env="SRPO-Countdown-v0", workflow="parallel", n_agents=3,
                          max_new_tokens=16, tasks_per_step=args.tasks, group_size=args.group)

@@ -31,11 +31,11 @@ import argparse
 import json
 from pathlib import Path
 
-from srpo_agents.checkpoint import checkpoint_dirs, has_checkpoint
 from srpo_agents.config import TrainConfig, same_settings
-from srpo_agents.metrics_log import read_metrics_rows
-from srpo_agents.train import train
-from srpo_agents.verdicts import diff_cell, difference, task_difference
+from srpo_agents.running.checkpoint import checkpoint_dirs, has_checkpoint
+from srpo_agents.running.metrics_log import read_metrics_rows
+from srpo_agents.running.train import train
+from srpo_agents.running.verdicts import diff_cell, difference, task_difference
 from srpo_bench.machine import describe, write_results
 
 BASE = dict(env="SRPO-Math-v0", difficulty=(1,), model="smollm2-135m-instruct",

@@ -32,14 +32,14 @@ from pathlib import Path
 
 import torch
 
-from srpo_agents.adapters import attach_role_adapters
-from srpo_agents.events import UnitBatch
-from srpo_agents.learner import Learner, LearnerConfig
-from srpo_agents.objective import ALGORITHMS
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.learning.events import UnitBatch
+from srpo_agents.learning.learner import Learner, LearnerConfig
+from srpo_agents.learning.objective import ALGORITHMS
+from srpo_agents.models.adapters import attach_role_adapters
+from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.running.train import update_policies
 from srpo_agents.tiny import build_tiny_policy
 from srpo_agents.tiny.warmstart import TINY_SHAPE
-from srpo_agents.train import update_policies
 from srpo_bench.batches import make_batch
 from srpo_bench.machine import describe, write_results
 from srpo_bench.memory import optimizer_bytes, trainable, weights_bytes

@@ -34,15 +34,15 @@ def measure(variant: str, rank: int) -> dict:
     import numpy as np
     import torch
 
-    from srpo_agents.adapters import attach_role_adapters
     from srpo_agents.config import TrainConfig
-    from srpo_agents.envs import env_factory
-    from srpo_agents.events import UnitBatch, build_units
-    from srpo_agents.learner import Learner, LearnerConfig
-    from srpo_agents.objective import ALGORITHMS
-    from srpo_agents.policy import load_policy
-    from srpo_agents.rollout import RolloutEngine
-    from srpo_agents.train import update_policies
+    from srpo_agents.learning.events import UnitBatch, build_units
+    from srpo_agents.learning.learner import Learner, LearnerConfig
+    from srpo_agents.learning.objective import ALGORITHMS
+    from srpo_agents.models.adapters import attach_role_adapters
+    from srpo_agents.models.policy import load_policy
+    from srpo_agents.rollout.engine import RolloutEngine
+    from srpo_agents.rollout.envs import env_factory
+    from srpo_agents.running.train import update_policies
     from srpo_bench.memory import optimizer_bytes, trainable, weights_bytes
 
     torch.manual_seed(0)

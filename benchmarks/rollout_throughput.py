@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.rollout.engine import RolloutEngine
 from srpo_agents.tiny import build_tiny_policy
 from srpo_envs import math_v0
 

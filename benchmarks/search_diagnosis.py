@@ -31,8 +31,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from srpo_agents.policy import load_policy
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.models.policy import load_policy
+from srpo_agents.rollout.engine import RolloutEngine
 from srpo_bench.machine import describe, write_results
 from srpo_bench.search_diagnosis import (
     RATES,

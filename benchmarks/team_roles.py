@@ -18,10 +18,10 @@ from collections import Counter
 
 import numpy as np
 
-from srpo_agents.envs import env_factory
-from srpo_agents.evaluate import eval_pool, run_tasks
-from srpo_agents.policy import load_policy
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.models.policy import load_policy
+from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.rollout.envs import env_factory
+from srpo_agents.running.evaluate import eval_pool, run_tasks
 from srpo_bench.math_team import math_demo_config as demo_config
 
 

@@ -3,7 +3,7 @@
 Simulated A-minus-B per-task differences with no true effect: per seed a training
 offset drawn with sd ``--seed-sd`` (the run-to-run spread), plus per-task noise with sd
 ``--task-sd`` (a per-task avg@4 difference spreads about 0.3 on the demo's tasks), over
-500 tasks and 3 seeds. Each case is judged by ``srpo_agents.verdicts.difference`` under
+500 tasks and 3 seeds. Each case is judged by ``srpo_agents.running.verdicts.difference`` under
 its bar (max(2, t quantile)) and under a bar of 2 standard errors, the rule first used.
 
     python benchmarks/verdict_false_calls.py [--trials 300]
@@ -17,7 +17,7 @@ import argparse
 
 import numpy as np
 
-from srpo_agents import verdicts
+from srpo_agents.running import verdicts
 from srpo_bench.machine import write_results
 
 

@@ -11,7 +11,7 @@ same tasks; tokens/s is each side's generated tokens over its generation seconds
 (`RolloutEngine.seconds["generation"]`, which leaves the env steps out).
 
 ``--real`` runs the same comparison on a pretrained LLM, SmolLM2-135M-Instruct (the
-pinned ``smollm2-135m-instruct`` source, converted once; ``srpo_agents.model_sources``),
+pinned ``smollm2-135m-instruct`` source, converted once; ``srpo_agents.models.sources``),
 where the tiny model's ratio says little: SRPO-Math-v0 ``solve_verify`` (solver, then
 verifier, one round) with the full role prompts in its chat template, level 1, 8 tasks x
 G = 4 = 32 episodes per repeat, max_new_tokens 128.
@@ -36,11 +36,11 @@ from pathlib import Path
 import torch
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
-from srpo_agents.learner import Learner, LearnerConfig
-from srpo_agents.objective import ALGORITHMS
-from srpo_agents.policy import load_policy
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.learning.learner import Learner, LearnerConfig
+from srpo_agents.learning.objective import ALGORITHMS
+from srpo_agents.models.policy import load_policy
+from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.rollout.envs import env_factory
 from srpo_bench.machine import describe, write_results
 
 WARM_START = (Path(__file__).resolve().parent / "results" / "harness_compare" / "warmstart"

@@ -125,7 +125,7 @@ def config_from_args(args: argparse.Namespace, **overrides) -> TrainConfig:
     """The ``TrainConfig`` of ``srpo train``'s flags; the model source's own flags (the
     tiny model's group) become its ``model_options``. A typed flag of a source that is
     not ``--model``'s is an error that says whose it is."""
-    from srpo_agents.model_sources import PLUGINS, model_source
+    from srpo_agents.models.sources import PLUGINS, model_source
 
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
               if hasattr(args, f.name) and f.name != "model_options"}
@@ -181,7 +181,7 @@ def apply_quick(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from srpo_agents.train import train
+    from srpo_agents.running.train import train
 
     if args.quick:
         applied = apply_quick(args)
@@ -227,7 +227,7 @@ def recorded_config(run_dir: Path) -> tuple[dict, Path] | None:
     """(config, the file it came from) that a run directory recorded: its newest
     checkpoint's (written at every save and at the last step), else its summary.json
     (a run of 0 steps); None for a folder that holds neither (a bare model)."""
-    from srpo_agents.checkpoint import CheckpointError, checkpoint_dirs, read_state
+    from srpo_agents.running.checkpoint import CheckpointError, checkpoint_dirs, read_state
 
     for folder in checkpoint_dirs(run_dir):
         try:
@@ -283,8 +283,8 @@ def _jsonable(value):
 def load_engine(args: argparse.Namespace, **overrides):
     """The config and rollout engine of ``--checkpoint``: a run directory's recorded
     settings with the typed flags over them (``sampling_config``), or the flags alone."""
-    from srpo_agents.policy import load_policy, resolve_device, resolve_dtype
-    from srpo_agents.train import make_engine
+    from srpo_agents.models.policy import load_policy, resolve_device, resolve_dtype
+    from srpo_agents.running.train import make_engine
 
     source = Path(args.checkpoint)
     role_dirs = sorted(source.glob("policy-*")) if source.is_dir() else []
@@ -296,7 +296,7 @@ def load_engine(args: argparse.Namespace, **overrides):
         model_path = source
     location = str(model_path) if model_path.exists() else args.checkpoint
     if not model_path.exists():  # a mistyped run folder or name: one line, at once
-        from srpo_agents.model_sources import ModelSourceError, resolve_model
+        from srpo_agents.models.sources import ModelSourceError, resolve_model
 
         try:
             resolve_model(location)
@@ -315,13 +315,13 @@ def load_engine(args: argparse.Namespace, **overrides):
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from srpo_agents.evaluate import evaluate
-    from srpo_agents.train import held_out
+    from srpo_agents.running.evaluate import evaluate
+    from srpo_agents.running.train import held_out
 
     _check_positive(args, "k", "tasks")
     config, engine = load_engine(args, eval_tasks=args.tasks, eval_k=args.k)
     if args.benchmarks:
-        from srpo_agents.benchmark_sets import (
+        from srpo_agents.running.benchmark_sets import (
             evaluate_benchmarks,
             format_benchmark_table,
             macro_average,
@@ -341,9 +341,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from srpo_agents.envs import env_factory
-    from srpo_agents.rollout_io import write_rollouts
-    from srpo_agents.train import eval_pool
+    from srpo_agents.rollout.envs import env_factory
+    from srpo_agents.rollout.files import write_rollouts
+    from srpo_agents.running.train import eval_pool
 
     _check_positive(args, "tasks")
     config, engine = load_engine(args)
@@ -359,7 +359,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from srpo_agents.plots import plot_runs
+    from srpo_agents.running.plots import plot_runs
 
     out = plot_runs(args.runs, args.out, metric=args.metric, labels=args.labels or None)
     print(f"wrote {out}")
@@ -388,7 +388,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
 def _source_name(model_path: Path, location: str) -> str:
     """The ``--model`` of a saved folder: a plug-in's name when the folder holds one of
     its models (the tiny model), else the folder or name itself."""
-    from srpo_agents.model_sources import PLUGINS, model_source
+    from srpo_agents.models.sources import PLUGINS, model_source
 
     if model_path.is_dir():
         for name in PLUGINS:
@@ -448,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("--checkpoint", required=True,
                     help="run directory, saved model folder, .gguf file, known source "
                          "(smollm2-135m-instruct) or Hugging Face model name")
-    ro.add_argument("--out", required=True, help="JSONL file to write (srpo_agents.rollout_io)")
+    ro.add_argument("--out", required=True, help="JSONL file to write (srpo_agents.rollout.files)")
     ro.add_argument("--tasks", type=int, default=8,
                     help="tasks to sample (task indices 0..tasks-1; default: %(default)s)")
     ro.add_argument("--held-out", action="store_true",

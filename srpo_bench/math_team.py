@@ -2,7 +2,7 @@
 parallel: 3 solvers in one event, then an aggregator; a tiny policy warm-started for 400
 steps, then SRPO), kept here because the harness's math presets (compare, routing) and
 the earlier benchmarks (demo_sweep, team_roles, labs/demo_lora) were run with them.
-``make demo`` now trains a search team (``srpo_agents.demo``)."""
+``make demo`` now trains a search team (``srpo_agents.running.demo``)."""
 
 from __future__ import annotations
 

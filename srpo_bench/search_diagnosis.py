@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from srpo_agents.envs import env_factory
-from srpo_agents.evaluate import eval_pool, run_tasks
-from srpo_agents.metrics_log import read_metrics_rows
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.rollout.envs import env_factory
+from srpo_agents.running.evaluate import eval_pool, run_tasks
+from srpo_agents.running.metrics_log import read_metrics_rows
 
 RATES = ("searcher_gold_on_top", "answerer_right", "answerer_right_after_gold",
          "verifier_agrees", "accuracy")

@@ -13,10 +13,10 @@ from collections import Counter
 import numpy as np
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
-from srpo_agents.evaluate import eval_pool, run_tasks
-from srpo_agents.rollout import RolloutEngine
-from srpo_agents.search_recipe import INIT_FROM, track_settings
+from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.rollout.envs import env_factory
+from srpo_agents.running.evaluate import eval_pool, run_tasks
+from srpo_agents.running.search_recipe import INIT_FROM, track_settings
 from srpo_agents.tiny.config import tiny_run
 from srpo_bench.machine import RESULTS
 from srpo_envs.envs.search_env import well_formed

@@ -19,9 +19,9 @@ import torch
 from safetensors.torch import load_file
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.metrics_log import read_metrics_rows
+from srpo_agents.running.metrics_log import read_metrics_rows
+from srpo_agents.running.train import train
 from srpo_agents.tiny import build_tiny_policy
-from srpo_agents.train import train
 
 PINS = Path(__file__).with_name("behaviour_pins.json")
 ALGOS = ("srpo", "grpo")

@@ -5,14 +5,14 @@ import json
 
 import pytest
 
-from srpo_agents.benchmark_sets import (
+from srpo_agents.cli import main
+from srpo_agents.config import TrainConfig
+from srpo_agents.running.benchmark_sets import (
     benchmark_configs,
     format_benchmark_table,
     macro_average,
     resolve,
 )
-from srpo_agents.cli import main
-from srpo_agents.config import TrainConfig
 from srpo_agents.tiny import build_tiny_policy
 from srpo_envs import registry
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from srpo_agents import checkpoint, cli
+from srpo_agents import cli
 from srpo_agents.cli import build_parser, main, recorded_config, sampling_config, typed_flags
 from srpo_agents.config import TrainConfig
+from srpo_agents.running import checkpoint
 from srpo_agents.tiny import build_tiny_policy
 from srpo_envs import registry
 
@@ -138,15 +139,15 @@ def test_a_rollout_takes_group_size_one_and_training_still_needs_two(tiny_model,
 
 
 def test_drop_unfinished_reaches_the_engine_from_train_and_rollout(tiny_model, tmp_path):
-    from srpo_agents.policy import load_policy
-    from srpo_agents.train import make_engine
+    from srpo_agents.models.policy import load_policy
+    from srpo_agents.running.train import make_engine
 
     policy = load_policy(str(tiny_model))
     on = cli.config_from_args(parsed(["train", "--drop-unfinished"]))
     assert on.drop_unfinished and make_engine(on, policy).drop_unfinished
     assert not make_engine(cli.config_from_args(parsed(["train"])), policy).drop_unfinished
     # a Ray rollout worker builds its engine from the same config (here in process)
-    from srpo_agents.ray_rollout import _Worker
+    from srpo_agents.rollout.ray_engine import _Worker
 
     config = TrainConfig(drop_unfinished=True, rollout_workers=2, model=str(tiny_model),
                          env="SRPO-Countdown-v0", workflow="single")
@@ -300,16 +301,16 @@ def test_rollout_on_a_run_plays_its_team_unless_a_flag_says_otherwise(quick_run,
 
 @pytest.mark.slow
 def test_eval_on_a_run_reads_its_settings(quick_run, monkeypatch):
-    import srpo_agents.train
+    import srpo_agents.running.train
 
     seen = []
-    real = srpo_agents.train.held_out
+    real = srpo_agents.running.train.held_out
 
     def spy(config, *rest):
         seen.append((config.env, config.workflow, config.n_agents, config.max_new_tokens))
         return real(config, *rest)
 
-    monkeypatch.setattr(srpo_agents.train, "held_out", spy)
+    monkeypatch.setattr(srpo_agents.running.train, "held_out", spy)
     assert main(["eval", "--checkpoint", str(quick_run), "--tasks", "2", "--k", "1"]) == 0
     assert main(["eval", "--checkpoint", str(quick_run), "--tasks", "2", "--k", "1",
                  "--max-new-tokens", "8"]) == 0

@@ -10,9 +10,9 @@ import torch
 from safetensors.torch import load_file
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.evaluate import majority_at
+from srpo_agents.running.evaluate import majority_at
+from srpo_agents.running.train import held_out, train
 from srpo_agents.tiny import build_tiny_policy
-from srpo_agents.train import held_out, train
 from srpo_bench.harness import PRESETS, pair_algos, pair_settings, run_preset
 
 COMPARE = PRESETS["compare"]
@@ -155,7 +155,7 @@ def test_compare_preset_runs_in_miniature_and_reports(tmp_path, monkeypatch, fre
     for png in ("forest.png", "learning_curves_seeds.png"):
         assert (tmp_path / png).stat().st_size > 1000
 
-    import srpo_agents.train as train_module
+    import srpo_agents.running.train as train_module
 
     def refuse(*_, **__):
         raise AssertionError("report_only trained a run")
@@ -180,9 +180,9 @@ def test_compare_preset_runs_in_miniature_and_reports(tmp_path, monkeypatch, fre
 def test_solvers_right_reads_the_envs_frozen_member_flags(fresh_model):
     """The team's ceiling counts the solvers right in the parallel event's info (a
     read-only mapping in a Transition), not its keys."""
-    from srpo_agents.evaluate import evaluate, run_tasks, solvers_right
-    from srpo_agents.policy import load_policy
-    from srpo_agents.train import make_engine
+    from srpo_agents.models.policy import load_policy
+    from srpo_agents.running.evaluate import evaluate, run_tasks, solvers_right
+    from srpo_agents.running.train import make_engine
 
     config = TrainConfig(env="SRPO-Math-v0", workflow="parallel", n_agents=2, model=fresh_model,
                          compact_prompts=True, eval_tasks=6, eval_k=2, max_new_tokens=8,

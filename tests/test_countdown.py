@@ -9,7 +9,7 @@ from pettingzoo.test import parallel_api_test
 
 import srpo_envs  # noqa: F401  (registers the ids)
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_kwargs
+from srpo_agents.rollout.envs import env_kwargs
 from srpo_envs import countdown_v0
 from srpo_envs.countdown_tasks import (
     LEVELS,

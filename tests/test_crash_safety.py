@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from srpo_agents.checkpoint import CheckpointError, checkpoint_dirs, read_checkpoint
+from srpo_agents.running.checkpoint import CheckpointError, checkpoint_dirs, read_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def _train(out: Path, warm: Path, *extra: str, kill_at: str = "", cwd: Path):
 
 def _resume_in_process(run: Path) -> None:
     """What ``srpo train --resume`` does with ``run``'s checkpoints (no subprocess)."""
-    from srpo_agents.checkpoint import load_checkpoint
+    from srpo_agents.running.checkpoint import load_checkpoint
     from srpo_agents.tiny import build_tiny_policy
 
     policy = build_tiny_policy(["0123456789+-*/()"], run.parent / f"{run.name}-tiny",

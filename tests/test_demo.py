@@ -1,4 +1,4 @@
-"""``make demo`` (``srpo_agents.demo``): its start point, what it prints, and that the
+"""``make demo`` (``srpo_agents.running.demo``): its start point, what it prints, and that the
 committed five-seed table was made with the setting it runs."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from srpo_agents import demo
 from srpo_agents.config import same_settings
+from srpo_agents.running import demo
 from srpo_agents.tiny.source import tiny_config, warm_start_status
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"

@@ -253,7 +253,12 @@ def test_env_pages_have_the_gymnasium_sections(page):
 
 
 def test_the_algorithm_page_names_every_registered_objective():
-    from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS, KAPPAS, POLICY_LOSSES
+    from srpo_agents.learning.objective import (
+        ADVANTAGE_ESTIMATORS,
+        ALGORITHMS,
+        KAPPAS,
+        POLICY_LOSSES,
+    )
 
     markdown = (DOCS / "algorithm.md").read_text(encoding="utf-8")
     for name in [*ALGORITHMS, *ADVANTAGE_ESTIMATORS, *POLICY_LOSSES, *KAPPAS]:

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.policy import resolve_device, resolve_dtype
+from srpo_agents.models.policy import resolve_device, resolve_dtype
+from srpo_agents.running.train import train
 from srpo_agents.tiny.config import tiny_run
-from srpo_agents.train import train
 
 BASE = dict(env="SRPO-Countdown-v0", workflow="single", steps=2, group_size=2,
             tasks_per_step=2, eval_tasks=4, eval_k=2, max_new_tokens=6, lr=1e-3,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.metrics_log import read_metrics_rows
+from srpo_agents.running.metrics_log import read_metrics_rows
 from srpo_agents.tiny.config import tiny_run
 from srpo_bench.harness import (
     PRESETS,
@@ -91,7 +91,7 @@ def test_every_preset_builds_valid_configs(name):
             config = TrainConfig(**tiny_run(settings, env=env, workflow=workflow, algo=algo))
             assert config.algo == algo
             # the workflow exists and the env accepts the settings
-            from srpo_agents.envs import env_kwargs
+            from srpo_agents.rollout.envs import env_kwargs
 
             kwargs = env_kwargs(config, "test")
             assert kwargs["workflow"] == workflow
@@ -99,7 +99,7 @@ def test_every_preset_builds_valid_configs(name):
             if key in settings and not Path(settings[key]).is_file():
                 pytest.skip(f"{settings[key]} is absent (../shared/data)")
         if env in preset.get("benchmarks", {}):
-            from srpo_agents.benchmark_sets import benchmark_configs
+            from srpo_agents.running.benchmark_sets import benchmark_configs
 
             try:
                 assert benchmark_configs(config, preset["benchmarks"][env])
@@ -177,8 +177,8 @@ def test_the_search_presets_reuse_the_track_s_warm_start(name, warm_pairs, tmp_p
     55 minutes each); the search presets must find them cached, so their warm-start
     settings and key must be the very ones the script builds with."""
     import srpo_agents.tiny.warmstart as warmstart
-    from srpo_agents import train
-    from srpo_agents.search_recipe import RECIPE, WARM_ROOT, warm_folder
+    from srpo_agents.running import train
+    from srpo_agents.running.search_recipe import RECIPE, WARM_ROOT, warm_folder
     from srpo_bench.search_track import track_config
 
     seen: list[dict] = []
@@ -249,7 +249,7 @@ def test_a_run_another_live_process_trains_is_skipped_not_restarted(tmp_path, mo
     """Two harness invocations over one --out: the second to reach a run that the first
     is training leaves it alone (a restart would unlink its metrics.jsonl); a claim
     left by a process that died is taken over."""
-    import srpo_agents.train as train_module
+    import srpo_agents.running.train as train_module
 
     def refuse(*_, **__):
         raise AssertionError("restarted a run another process is training")

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from srpo_agents.cli import main
-from srpo_agents.events import build_units
-from srpo_agents.learner import Learner, LearnerConfig
-from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
-from srpo_agents.policy import load_policy
-from srpo_agents.rollout_io import read_rollouts
+from srpo_agents.learning.events import build_units
+from srpo_agents.learning.learner import Learner, LearnerConfig
+from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+from srpo_agents.models.policy import load_policy
+from srpo_agents.rollout.files import read_rollouts
 from srpo_agents.tiny import build_tiny_policy
 
 ROOT = Path(__file__).resolve().parents[1]

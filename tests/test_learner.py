@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
-from srpo_agents.events import ActionUnit, UnitBatch, build_units, event_atomic_batches
-from srpo_agents.learner import Learner, LearnerConfig
-from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS, UnitInfo
-from srpo_agents.rollout import Rollout, RolloutEngine, Sample
+from srpo_agents.learning.events import ActionUnit, UnitBatch, build_units, event_atomic_batches
+from srpo_agents.learning.learner import Learner, LearnerConfig
+from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS, UnitInfo
+from srpo_agents.rollout.engine import Rollout, RolloutEngine, Sample
+from srpo_agents.rollout.envs import env_factory
+from srpo_agents.running.train import train
 from srpo_agents.tiny import TinyConfig
-from srpo_agents.train import train
 from srpo_envs.transition import ConsumedOutput, Transition
 
 CONFIG = dict(env="SRPO-Math-v0", workflow="parallel", n_agents=3, compact_prompts=True)
@@ -30,7 +30,7 @@ def tiny_dir(math_tiny_dir):
 
 
 def fresh_policy(tiny_dir):
-    from srpo_agents.policy import load_policy
+    from srpo_agents.models.policy import load_policy
 
     return load_policy(str(tiny_dir))
 
@@ -152,7 +152,7 @@ def test_a_registered_loss_is_weighted_at_the_level_it_declares(tiny_dir):
     """A new loss declares what it averages over in the registry, and the learner weights
     its micro-batches by that: a token-mean loss registered as "tokens" sums to the
     one-batch gradient; the same loss registered as "units" does not (the control)."""
-    from srpo_agents.objective import POLICY_LOSSES, Algorithm, register_policy_loss
+    from srpo_agents.learning.objective import POLICY_LOSSES, Algorithm, register_policy_loss
 
     token_mean = POLICY_LOSSES["token_clip"].fn
     try:
@@ -239,7 +239,7 @@ def test_shared_prompt_pass_equals_one_pass_per_row(tiny_dir):
 
 
 def test_dynamic_sampling_leaves_out_groups_with_one_return(tiny_dir):
-    from srpo_agents.train import mixed_group_fraction, train_step
+    from srpo_agents.running.train import mixed_group_fraction, train_step
 
     policy = fresh_policy(tiny_dir)
     make = env_factory(TrainConfig(model="x", **CONFIG), "train")
@@ -281,7 +281,7 @@ def test_shared_start_evaluation_matches_and_pairs_step_zero(tiny_dir, tmp_path)
     same step-0 rollouts (the harness's pairing)."""
     from dataclasses import replace
 
-    from srpo_agents.train import evaluate_start
+    from srpo_agents.running.train import evaluate_start
 
     config = small_config(tiny_dir, tmp_path / "own", steps=1)
     own = train(config, log=lambda *_: None)
@@ -411,7 +411,7 @@ def test_per_role_policies_train_separately_and_resume(tiny_dir, tmp_path, monke
                            advantage="alternating", **CONFIG)
 
     train(config(tmp_path / "a", 2), log=lambda *_: None)
-    from srpo_agents.policy import load_policy
+    from srpo_agents.models.policy import load_policy
 
     initial = load_policy(str(tiny_dir)).model.state_dict()
     solver = load_policy(str(tmp_path / "a" / "policy-solver")).model.state_dict()

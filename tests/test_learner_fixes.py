@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
-from srpo_agents.events import UnitBatch, build_units
-from srpo_agents.learner import Learner, LearnerConfig
-from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
-from srpo_agents.policy import Policy, load_policy
-from srpo_agents.rollout import Rollout, RolloutEngine, Sample
+from srpo_agents.learning.events import UnitBatch, build_units
+from srpo_agents.learning.learner import Learner, LearnerConfig
+from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+from srpo_agents.models.policy import Policy, load_policy
+from srpo_agents.rollout.engine import Rollout, RolloutEngine, Sample
+from srpo_agents.rollout.envs import env_factory
 from srpo_envs.transition import ConsumedOutput, Transition
 
 PARALLEL = dict(env="SRPO-Math-v0", workflow="parallel", n_agents=3, compact_prompts=True)
@@ -134,7 +134,7 @@ def _rollout(task, episode, reward):
 
 
 def test_adv_eps_reaches_the_estimator():
-    from srpo_agents.train import train_step
+    from srpo_agents.running.train import train_step
 
     # one group whose returns differ by 2e-6: population std 1e-6, the size of eps
     rollouts = [_rollout("t", "a", 1.0), _rollout("t", "b", 1.0 + 2e-6)]

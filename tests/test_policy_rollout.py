@@ -7,8 +7,8 @@ import copy
 import pytest
 import torch
 
-from srpo_agents.policy import Policy, load_policy
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.models.policy import Policy, load_policy
+from srpo_agents.rollout.engine import RolloutEngine
 from srpo_agents.tiny import build_tiny_policy
 from srpo_envs import math_v0, search_v0
 
@@ -250,7 +250,7 @@ def test_finished_rows_leave_the_batch_without_disturbing_the_others(policy, mon
 def test_reserved_cache_samples_what_the_plain_cache_samples(policy, monkeypatch):
     """The decode loop writes into buffers reserved for the whole generation instead of
     concatenating; the samples and their log-probs are the plain cache's, to round-off."""
-    import srpo_agents.generation as generation
+    import srpo_agents.rollout.generation as generation
 
     layer_type = generation.reserved_layer_type()
     assert layer_type is not None          # this transformers has DynamicLayer

@@ -10,7 +10,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from srpo_agents.policy import Policy
+from srpo_agents.models.policy import Policy
 from srpo_agents.tiny import build_tiny_policy
 from srpo_envs import countdown_v0, math_v0, search_v0
 

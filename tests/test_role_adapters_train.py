@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("peft")
 
-from srpo_agents.checkpoint import checkpoint_dirs, read_checkpoint  # noqa: E402
+from srpo_agents.running.checkpoint import checkpoint_dirs, read_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.learner import Learner, LearnerConfig
-from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
-from srpo_agents.rollout import RolloutEngine
-from srpo_agents.routing_stats import episode_route, routing_summary
+from srpo_agents.learning.learner import Learner, LearnerConfig
+from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.running.routing_stats import episode_route, routing_summary
+from srpo_agents.running.train import train, train_step
 from srpo_agents.tiny import build_tiny_policy
 from srpo_agents.tiny.warmstart import sft_loss
-from srpo_agents.train import train, train_step
 from srpo_envs import math_v0, search_v0
 from srpo_envs.event_env import EventEnv, EventOutcome
 from srpo_envs.math_tasks import MathTask
@@ -175,7 +175,7 @@ def test_search_tool_call_cost(tmp_path):
 
 
 def test_train_config_routes_cost_to_the_env_and_checks_it():
-    from srpo_agents.envs import env_kwargs
+    from srpo_agents.rollout.envs import env_kwargs
 
     config = TrainConfig(workflow="routed", model="x", cost_per_token=0.01)
     assert env_kwargs(config, "train", len)["cost_per_token"] == 0.01

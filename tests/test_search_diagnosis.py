@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
+from srpo_agents.rollout.envs import env_factory
 from srpo_bench import search_diagnosis
 from srpo_envs.transition import ConsumedOutput, Transition
 

@@ -3,7 +3,7 @@
 import argparse
 import json
 
-from srpo_agents.search_recipe import RECIPE
+from srpo_agents.running.search_recipe import RECIPE
 from srpo_bench import search_track
 
 

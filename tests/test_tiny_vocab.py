@@ -5,8 +5,8 @@ key that tells the two tokenizers apart."""
 import pytest
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
-from srpo_agents.policy import load_policy
+from srpo_agents.models.policy import load_policy
+from srpo_agents.rollout.envs import env_factory
 from srpo_agents.tiny import build_tiny_policy
 from srpo_agents.tiny.warmstart import warm_start
 

@@ -1,4 +1,4 @@
-"""TRL's GRPOTrainer trains on srpo envs through ``srpo_agents.trl_adapter`` (extra
+"""TRL's GRPOTrainer trains on srpo envs through ``srpo_agents.rollout.trl_adapter`` (extra
 ``trl``; ``make test`` installs it): 2 steps on CPU with the tiny policy, one-turn
 (reward function only) and multi-turn (TRL's ``rollout_func`` hook)."""
 
@@ -13,8 +13,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
+from srpo_agents.rollout.trl_adapter import TRLEnv  # noqa: E402
 from srpo_agents.tiny import build_tiny_policy  # noqa: E402
-from srpo_agents.trl_adapter import TRLEnv  # noqa: E402
 from srpo_envs import countdown_v0, search_v0  # noqa: E402
 
 

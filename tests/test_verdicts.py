@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from srpo_agents.verdicts import (
+from srpo_agents.running.verdicts import (
     NOT_CALLED,
     Floor,
     bar,

@@ -19,10 +19,10 @@ else:
                        ".venv-vllm (see README, 'What CI exercises')")
 torch = pytest.importorskip("torch")
 
-from srpo_agents.events import build_units  # noqa: E402
-from srpo_agents.learner import Learner, LearnerConfig  # noqa: E402
-from srpo_agents.objective import ALGORITHMS  # noqa: E402
-from srpo_agents.rollout import RolloutEngine, Sample  # noqa: E402
+from srpo_agents.learning.events import build_units  # noqa: E402
+from srpo_agents.learning.learner import Learner, LearnerConfig  # noqa: E402
+from srpo_agents.learning.objective import ALGORITHMS  # noqa: E402
+from srpo_agents.rollout.engine import RolloutEngine, Sample  # noqa: E402
 from srpo_agents.tiny import build_tiny_policy  # noqa: E402
 from srpo_agents.tiny.warmstart import sft_step  # noqa: E402
 
@@ -116,7 +116,7 @@ def test_weights_follow_the_learner(policy, tmp_path):
     """After one learner update (real episodes, real units, an optimizer step), vLLM's
     log-probs of a fixed sequence equal the updated model's and differ from before."""
     from srpo_agents.config import TrainConfig
-    from srpo_agents.envs import env_factory
+    from srpo_agents.rollout.envs import env_factory
 
     engine = RolloutEngine(policy, backend="vllm", max_new_tokens=6, seed=1)
     prompt = policy.prompt_ids("solver", "3+4=")
@@ -190,8 +190,8 @@ def role_adapters(policy, tmp_path):
     import copy
 
     pytest.importorskip("peft")
-    from srpo_agents.adapters import attach_role_adapters
-    from srpo_agents.policy import Policy
+    from srpo_agents.models.adapters import attach_role_adapters
+    from srpo_agents.models.policy import Policy
 
     base = copy.deepcopy(policy)
     base.model.save_pretrained(tmp_path / "base")
@@ -266,8 +266,8 @@ def test_real_model_logprobs_match_the_learner_and_weights_follow(tmp_path):
     learner update the engine samples from the updated weights."""
     pytest.importorskip("gguf", reason="the gguf extra converts the real model")
     from srpo_agents.config import TrainConfig
-    from srpo_agents.envs import env_factory
-    from srpo_agents.policy import load_policy
+    from srpo_agents.models.policy import load_policy
+    from srpo_agents.rollout.envs import env_factory
 
     policy = load_policy("smollm2-135m-instruct")
     engine = RolloutEngine(policy, backend="vllm", max_new_tokens=24, seed=0)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from srpo_agents import train
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
+from srpo_agents.rollout.envs import env_factory
+from srpo_agents.running import train
 from srpo_agents.tiny.source import warm_start_key
 from srpo_agents.tiny.warmstart import changed_keys, warm_start
 

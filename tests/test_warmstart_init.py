@@ -15,7 +15,7 @@ import torch
 
 import srpo_agents.tiny.warmstart as warmstart
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
+from srpo_agents.rollout.envs import env_factory
 from srpo_agents.tiny.config import tiny_run
 from srpo_agents.tiny.source import warm_start_key
 from tests.test_warmstart_phases import _weights

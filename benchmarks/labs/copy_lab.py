@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from srpo_agents.envs import env_factory
-from srpo_agents.policy import load_policy
+from srpo_agents.models.policy import load_policy
+from srpo_agents.rollout.envs import env_factory
 from srpo_agents.tiny import build_tiny_policy
 from srpo_agents.tiny.warmstart import _encode, lr_factor, reference_examples, sft_step
 from srpo_bench.search_track import track_config

@@ -12,7 +12,7 @@ Results: ``benchmarks/results/demo_lora.md``."""
 import json
 import time
 
-from srpo_agents.train import train
+from srpo_agents.running.train import train
 from srpo_bench.math_team import math_demo_config as demo_config  # the math demo's
 
 config = demo_config("runs/demo-lora/run", 0, per_role_adapters="lora", lr=3e-4,

@@ -21,8 +21,8 @@ import argparse
 import json
 from pathlib import Path
 
-from srpo_agents.envs import env_factory
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.rollout.envs import env_factory
 from srpo_agents.tiny.warmstart import warm_start
 from srpo_bench.machine import describe, write_results
 from srpo_bench.search_track import track_config

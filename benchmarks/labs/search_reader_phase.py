@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from srpo_agents.checkpoint import save_pretrained_atomic
-from srpo_agents.envs import env_factory
-from srpo_agents.policy import load_policy
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.models.policy import load_policy
+from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.rollout.envs import env_factory
+from srpo_agents.running.checkpoint import save_pretrained_atomic
 from srpo_agents.tiny.source import tiny_config
 from srpo_agents.tiny.warmstart import (
     DECAY_WARMUP,

@@ -5,7 +5,7 @@ trains in seconds to minutes on two CPU cores and whose learning can be checked 
 a margin. A 1M-parameter byte-level Qwen2-shaped model (``model``) does that; it is built
 here, from nothing, so it needs no download. A random model never answers right, so
 before RL it imitates scripted teams' trajectories (``warmstart``). Users train
-pretrained LLMs (``srpo_agents.model_sources``); this model is for testing the machinery.
+pretrained LLMs (``srpo_agents.models.sources``); this model is for testing the machinery.
 
 What lives here:
 - ``model``: the builder and its byte-level (optionally BPE) tokenizer;

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from srpo_agents.policy import Policy, load_policy
+from srpo_agents.models.policy import Policy, load_policy
 
 PAD, EOS, IM_START, IM_END = "<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 # Qwen2Tokenizer's split regex (transformers.models.qwen2.tokenization_qwen2); with no

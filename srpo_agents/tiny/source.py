@@ -29,7 +29,7 @@ class TinySource:
 
     def prepare(self, config, run_dir: Path, log) -> tuple[Any, dict]:
         """(policy on the run's device, the warm start's meta)."""
-        from srpo_agents.policy import place, resolve_device
+        from srpo_agents.models.policy import place, resolve_device
         from srpo_agents.tiny.warmstart import warm_start
 
         # The warm start runs on the CPU (a 1M-parameter model); the policy then moves.
@@ -54,7 +54,7 @@ class TinySource:
     def owns(folder: Path) -> bool:
         """Whether a saved model folder holds a tiny model (a byte-level vocabulary);
         role adapters: their base decides."""
-        from srpo_agents.adapters import MANIFEST
+        from srpo_agents.models.adapters import MANIFEST
 
         folder = Path(folder)
         if (folder / MANIFEST).is_file():
@@ -69,7 +69,7 @@ def warm_start_status(config, run_dir: Path) -> dict:
 
 
 def warm_start_args(config, run_dir: Path) -> dict[str, Any]:
-    from srpo_agents.envs import env_factory
+    from srpo_agents.rollout.envs import env_factory
     from srpo_agents.tiny.warmstart import DECAY_WARMUP
 
     tiny = tiny_config(config)
@@ -95,7 +95,7 @@ def warm_start_key(config) -> dict[str, Any]:
     """What shapes a run's warm start besides its own settings (``warmstart``): the
     env's arguments for the train and validation splits (workflow, agents, levels,
     prompts, ...) and the hashes of the data files they read."""
-    from srpo_agents.envs import env_kwargs
+    from srpo_agents.rollout.envs import env_kwargs
     from srpo_agents.tiny.warmstart import canonical, file_digest
 
     return canonical({

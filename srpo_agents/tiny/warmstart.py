@@ -32,7 +32,9 @@ import torch
 from tqdm import tqdm
 
 from srpo_agents import faults
-from srpo_agents.checkpoint import (
+from srpo_agents.models.policy import Policy, load_policy
+from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.running.checkpoint import (
     SHARED,
     CheckpointError,
     checkpoint_dirs,
@@ -43,9 +45,7 @@ from srpo_agents.checkpoint import (
     set_rng_state,
     write_json_atomic,
 )
-from srpo_agents.evaluate import evaluate
-from srpo_agents.policy import Policy, load_policy
-from srpo_agents.rollout import RolloutEngine
+from srpo_agents.running.evaluate import evaluate
 from srpo_agents.tiny.model import build_tiny_policy
 from srpo_envs import registry
 
@@ -194,7 +194,7 @@ def sft_step(policy: Policy, optimizer: torch.optim.Optimizer, batch: list[tuple
     the labs under ``benchmarks/labs``.
 
     Micro-batches of 16 rows: large activation tensors cost more in fresh memory pages
-    than in arithmetic on a small CPU model (see ``srpo_agents.learner``)."""
+    than in arithmetic on a small CPU model (see ``srpo_agents.learning.learner``)."""
     # sorted by length so each micro-batch pads little
     batch = sorted(batch, key=lambda e: len(e[0]))
     optimizer.zero_grad(set_to_none=True)
@@ -285,7 +285,7 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     is checked, and the phase stops once it reaches ``focus_target`` (a skill that
     appears at an unpredictable step is then waited for, not gambled on).
     ``make_eval_env`` must make envs of a validation split (module docstring); ``key``:
-    what else shapes the result (``srpo_agents.train.warm_start_key``), part of the cache
+    what else shapes the result (``srpo_agents.running.train.warm_start_key``), part of the cache
     key. ``vocab_size``: the tokenizer's (``tiny.build_tiny_policy``; 0, bytes only).
     ``init``: a finished warm start's folder (``run_dir/warmstart`` of another build, of
     this shape) to begin from instead of a fresh model; its tokenizer is kept (so

@@ -4,7 +4,7 @@ references, the clip fraction by update, and the forest plot and learning curves
 
 Every difference is A minus B on the same held-out tasks, paired by seed (the runs of
 one seed share their start, their "before" evaluation and their step-0 rollouts) and by
-task within a seed; ``srpo_agents.verdicts`` computes its standard error and decides it.
+task within a seed; ``srpo_agents.running.verdicts`` computes its standard error and decides it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from srpo_agents.verdicts import Floor, common_seeds, diff_cell, difference, seeds_for
+from srpo_agents.running.verdicts import Floor, common_seeds, diff_cell, difference, seeds_for
 
 DELTAS = (0.01, 0.02)  # the differences the noise floor is asked to resolve
 
@@ -88,7 +88,7 @@ def _noise_lines(rows, pairs, reference) -> list[str]:
 def _verdict_lines(rows, pairs, reference, algos, same_as, kappa) -> list[str]:
     lines = ["", "## Verdicts", "",
              f"{reference} minus each baseline, held-out avg@k after training (see "
-             "`srpo_agents/verdicts.py` for the standard error). A baseline shown as "
+             "`srpo_agents/running/verdicts.py` for the standard error). A baseline shown as "
              "\"= X\" is identical to X on that pair by construction (proven by "
              "`tests/test_compare.py`, which trains both 2 steps and compares the weights), "
              "so it was run once.", "",

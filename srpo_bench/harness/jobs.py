@@ -11,9 +11,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from srpo_agents.checkpoint import write_json_atomic
 from srpo_agents.config import TrainConfig, same_settings
-from srpo_agents.metrics_log import read_metrics_rows
+from srpo_agents.running.checkpoint import write_json_atomic
+from srpo_agents.running.metrics_log import read_metrics_rows
 
 
 def run_rows(config: TrainConfig, summary: dict, run_dir: Path, label: str = "") -> list[dict]:
@@ -67,15 +67,15 @@ def same_config(path: Path, config: TrainConfig) -> bool:
 
 def warm_start_job(config: TrainConfig) -> dict:
     """Build the pair's starting policy (cached in its ``warmstart_dir`` option)."""
-    from srpo_agents.train import prepare_policy
+    from srpo_agents.running.train import prepare_policy
 
     _, meta = prepare_policy(config, Path(config.out), log=lambda *_: None)
     return meta
 
 
 def _engine(config: TrainConfig, model: str):
-    from srpo_agents.policy import load_policy, resolve_device, resolve_dtype
-    from srpo_agents.train import make_engine
+    from srpo_agents.models.policy import load_policy, resolve_device, resolve_dtype
+    from srpo_agents.running.train import make_engine
 
     device = resolve_device(config.device)
     return make_engine(config, load_policy(model, device=device,
@@ -84,7 +84,7 @@ def _engine(config: TrainConfig, model: str):
 
 def benchmark_results(config: TrainConfig, engine, names: str, tasks: int) -> dict:
     """The engine's policy on each named benchmark file."""
-    from srpo_agents.benchmark_sets import evaluate_benchmarks
+    from srpo_agents.running.benchmark_sets import evaluate_benchmarks
 
     return evaluate_benchmarks(engine, config, names, config.eval_k, tasks)
 
@@ -92,7 +92,7 @@ def benchmark_results(config: TrainConfig, engine, names: str, tasks: int) -> di
 def before_job(config: TrainConfig, path: Path, benchmarks: str = "", tasks: int = 0) -> dict:
     """The starting policy's held-out result for one pair and seed (cached in ``path``),
     and with ``benchmarks`` its result on each benchmark file."""
-    from srpo_agents.train import evaluate_start
+    from srpo_agents.running.train import evaluate_start
 
     if not same_config(path, config):
         # One model load serves the start evaluation and the benchmark files.
@@ -108,8 +108,8 @@ def majority_result(config: TrainConfig, run_dir: Path, size: int) -> dict:
     """The trained single agent's plurality vote over ``size`` samples on the run's
     held-out tasks (``evaluate.majority_at`` over its eval_k samples per task), with the
     tokens of ``size`` episodes; cached in ``majority.json``."""
-    from srpo_agents.evaluate import evaluate, majority_at
-    from srpo_agents.train import held_out
+    from srpo_agents.running.evaluate import evaluate, majority_at
+    from srpo_agents.running.train import held_out
 
     path = run_dir / "majority.json"
     if same_config(path, config):
@@ -134,7 +134,7 @@ def run_job(config: TrainConfig, before: dict, benchmarks: str = "", tasks: int 
     With ``benchmarks``, the trained policy is also evaluated on each benchmark file;
     with ``majority``, by a majority vote over that many samples. ``report_only``: read
     a finished run back and run nothing ([] for one not finished)."""
-    from srpo_agents.train import train
+    from srpo_agents.running.train import train
 
     run_dir = Path(config.out)
     if not same_config(run_dir / "summary.json", config):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from srpo_agents.benchmark_sets import default_data_dir
-from srpo_agents.objective import ALGORITHMS
-from srpo_agents.search_recipe import WARM_ROOT, track_settings
+from srpo_agents.learning.objective import ALGORITHMS
+from srpo_agents.running.benchmark_sets import default_data_dir
+from srpo_agents.running.search_recipe import WARM_ROOT, track_settings
 from srpo_bench.math_team import MATH_DEMO
 
 ALL_ALGOS = sorted(ALGORITHMS)
@@ -204,7 +204,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                                 "curve_tasks": 200},
                        "variants": SEARCH_VARIANTS},
     # The GPU preset: the paper's setting on the real benchmark files (see
-    # srpo_agents.benchmark_sets). Training data: the MATH train stand-in; for search,
+    # srpo_agents.running.benchmark_sets). Training data: the MATH train stand-in; for search,
     # HotpotQA train questions over a Wikipedia retrieval server (Search-R1's protocol)
     # that you start yourself at the URL below.
     "paper": {"pairs": [("SRPO-Math-v0", "parallel"), ("SRPO-Math-v0", "solve_verify"),

@@ -1,5 +1,5 @@
 """The harness's table (``table.md``): mean ± std over seeds per pair and algorithm, the
-macro average, the paired differences and their verdicts (``srpo_agents.verdicts``), the
+macro average, the paired differences and their verdicts (``srpo_agents.running.verdicts``), the
 kappa ablation, the benchmark files and the routing sections; and ``retable``, which
 rewrites a committed table from its rows.
 """
@@ -12,12 +12,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from srpo_agents.verdicts import contrast, diff_cell, difference
+from srpo_agents.running.verdicts import contrast, diff_cell, difference
 from srpo_bench.harness.compare import compare_lines, noise_floor
 from srpo_bench.harness.presets import KAPPA_ABLATION, PRESETS, REFERENCE, SEARCH
 from srpo_bench.machine import describe
 
-RULE = ("Verdicts by `srpo_agents/verdicts.py`: over several seeds \"ahead\"/\"behind\" "
+RULE = ("Verdicts by `srpo_agents/running/verdicts.py`: over several seeds \"ahead\"/\"behind\" "
         "only beyond max(2, t) standard errors (bootstrap over seeds and tasks, or the "
         "between-seed SE if larger) with every seed agreeing in sign, else \"within "
         "noise\"; a one-seed difference gives its per-task SE and is not called, since it "

@@ -13,9 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from srpo_agents.checkpoint import write_json_atomic
 from srpo_agents.config import TrainConfig
-from srpo_agents.metrics_log import write_json_lines_atomic
+from srpo_agents.running.checkpoint import write_json_atomic
+from srpo_agents.running.metrics_log import write_json_lines_atomic
 from srpo_agents.tiny.config import tiny_run
 from srpo_bench.harness.compare import compare_lines, write_compare_plots
 from srpo_bench.harness.jobs import before_job, run_job, same_config, warm_start_job

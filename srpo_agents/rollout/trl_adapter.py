@@ -1,7 +1,7 @@
 """Any registered srpo env's single-agent workflow in TRL's ``GRPOTrainer`` (extra ``trl``).
 
     from trl import GRPOConfig, GRPOTrainer
-    from srpo_agents.trl_adapter import TRLEnv
+    from srpo_agents.rollout.trl_adapter import TRLEnv
 
     env = TRLEnv("SRPO-Countdown-v0", workflow="single")
     trainer = GRPOTrainer(model="Qwen/Qwen2.5-0.5B-Instruct", reward_funcs=env.reward,

@@ -51,7 +51,7 @@ class Policy:
     tokenizer: transformers.PreTrainedTokenizerBase
     name: str
     adapter_roles: tuple[str, ...] = ()
-    """Roles with a LoRA adapter of their own on a frozen base (``srpo_agents.adapters``);
+    """Roles with a LoRA adapter of their own on a frozen base (``srpo_agents.models.adapters``);
     empty for a plain model."""
     base_name: str = ""
     """The frozen base's hub name or path when ``adapter_roles`` is set."""
@@ -206,8 +206,8 @@ def place(policy: Policy, device: str, dtype: str = "auto") -> Policy:
 def load_policy(name_or_path: str, *, device: str = "cpu",
                 dtype: torch.dtype | str | None = None) -> Policy:
     """Load any Hugging Face causal LM and its tokenizer by hub name or local path, a
-    .gguf file or a known source (``srpo_agents.model_sources``), or a folder of role
-    adapters (``srpo_agents.adapters``) with its base.
+    .gguf file or a known source (``srpo_agents.models.sources``), or a folder of role
+    adapters (``srpo_agents.models.adapters``) with its base.
 
     ``dtype=None`` keeps the checkpoint's stored dtype ("auto"). A tokenizer without a pad
     token gets its EOS token as pad: pad positions are always masked, and both are dropped
@@ -215,8 +215,8 @@ def load_policy(name_or_path: str, *, device: str = "cpu",
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from srpo_agents.adapters import is_adapter_folder
-    from srpo_agents.model_sources import resolve_model
+    from srpo_agents.models.adapters import is_adapter_folder
+    from srpo_agents.models.sources import resolve_model
 
     name_or_path = resolve_model(str(name_or_path))  # a .gguf or known source: a folder
     if is_adapter_folder(name_or_path):  # a base and one LoRA adapter per role
@@ -237,7 +237,7 @@ def _load_role_adapters(path: Path, *, device: str = "cpu", dtype=None) -> Polic
     """A policy from a folder written by ``adapters.save_role_adapters``: its base (by the
     manifest's name) with every role's adapter, frozen (for sampling; training attaches
     fresh adapters and restores a checkpoint's weights into them)."""
-    from srpo_agents.adapters import MANIFEST, require_peft
+    from srpo_agents.models.adapters import MANIFEST, require_peft
 
     peft = require_peft()
     manifest = json.loads((path / MANIFEST).read_text())

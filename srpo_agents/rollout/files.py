@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from srpo_agents.rollout import Rollout, Sample
+from srpo_agents.rollout.engine import Rollout, Sample
 from srpo_envs import Transition
 
 _SAMPLE_FIELDS = ("role", "prompt_ids", "response_ids", "logprobs", "finished", "text",

@@ -74,8 +74,8 @@ def evaluate_benchmarks(engine, config: TrainConfig, names: str, k: int, tasks: 
                         data_dir: str | Path | None = None, log=None) -> dict[str, dict]:
     """avg@k, pass@k, tokens, tool calls (and EM/F1) of ``engine``'s policy on each named
     benchmark, at most ``tasks`` tasks each."""
-    from srpo_agents.evaluate import evaluate
-    from srpo_agents.train import held_out
+    from srpo_agents.running.evaluate import evaluate
+    from srpo_agents.running.train import held_out
 
     results = {}
     for name, bench in benchmark_configs(replace(config, eval_tasks=tasks), names, data_dir):

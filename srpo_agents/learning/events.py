@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from srpo_agents.objective import UnitInfo
-from srpo_agents.rollout import Rollout, Sample
+from srpo_agents.learning.objective import UnitInfo
+from srpo_agents.rollout.engine import Rollout, Sample
 
 
 @dataclass

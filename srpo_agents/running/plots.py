@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    from srpo_agents.metrics_log import read_metrics_rows
+    from srpo_agents.running.metrics_log import read_metrics_rows
 
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
@@ -58,7 +58,7 @@ def _evaluations(ax, rows: list[dict], before: dict, after: dict, steps: int, co
 def plot_curve(metrics_path: Path, png: Path, title: str, before: dict, after: dict,
                steps: int, start_validation: dict | None = None) -> None:
     """One run: training accuracy per step and its held-out evaluations."""
-    from srpo_agents.metrics_log import read_metrics_rows
+    from srpo_agents.running.metrics_log import read_metrics_rows
 
     plt = _pyplot()
     rows = read_metrics_rows(metrics_path)

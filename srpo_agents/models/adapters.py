@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:  # annotations only: policy.py imports this module
-    from srpo_agents.policy import Policy
+    from srpo_agents.models.policy import Policy
 
 
 MANIFEST = "role_adapters.json"
@@ -133,7 +133,7 @@ def save_role_adapters(policy: Policy, directory: Path) -> None:
 
 
 def is_adapter_folder(path: str | Path) -> bool:
-    """A folder of ``save_role_adapters`` (``srpo_agents.policy.load_policy`` loads it)."""
+    """A folder of ``save_role_adapters`` (``srpo_agents.models.policy.load_policy`` loads it)."""
     return (Path(path) / MANIFEST).is_file()
 
 

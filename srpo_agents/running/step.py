@@ -14,17 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from srpo_agents.checkpoint import SHARED
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
-from srpo_agents.evaluate import episode_correct, eval_pool, evaluate
-from srpo_agents.events import UnitBatch, build_units
-from srpo_agents.learner import Learner
-from srpo_agents.metrics_log import read_metrics_rows
-from srpo_agents.model_sources import model_source
-from srpo_agents.policy import Policy
-from srpo_agents.rollout import RolloutEngine
-from srpo_agents.routing_stats import routing_summary
+from srpo_agents.learning.events import UnitBatch, build_units
+from srpo_agents.learning.learner import Learner
+from srpo_agents.models.policy import Policy
+from srpo_agents.models.sources import model_source
+from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.rollout.envs import env_factory
+from srpo_agents.running.checkpoint import SHARED
+from srpo_agents.running.evaluate import episode_correct, eval_pool, evaluate
+from srpo_agents.running.metrics_log import read_metrics_rows
+from srpo_agents.running.routing_stats import routing_summary
 
 
 def prepare_policy(config: TrainConfig, run_dir: Path, log) -> tuple[Policy, dict]:

@@ -5,7 +5,7 @@ run's ``RolloutEngine``). Every training step the learner sends each worker whol
 (all G episodes of a task go to one worker, so an advantage group is never split). When
 the weights changed since a worker last saw them, they go to it once per update through
 the object store (``ray.put`` of the state dict). Workers return the episodes' Transitions
-with their token rows (``srpo_agents.rollout_io`` rows), and the learner forms events
+with their token rows (``srpo_agents.rollout.files`` rows), and the learner forms events
 from them as from in-process rollouts, so batching stays event-atomic.
 
 Failures: a worker that dies or does not answer within ``step_timeout`` seconds is
@@ -31,7 +31,7 @@ import os
 import time
 from typing import Any
 
-from srpo_agents.rollout_io import rollout_rows, rollouts_from_rows
+from srpo_agents.rollout.files import rollout_rows, rollouts_from_rows
 
 
 class _Worker:
@@ -42,8 +42,8 @@ class _Worker:
 
         from srpo_agents import faults
         from srpo_agents.config import TrainConfig
-        from srpo_agents.envs import env_factory
-        from srpo_agents.rollout import RolloutEngine
+        from srpo_agents.rollout.engine import RolloutEngine
+        from srpo_agents.rollout.envs import env_factory
 
         torch.set_num_threads(1)
         faults.scope = f"worker{index}:"
@@ -176,7 +176,7 @@ class RayRolloutEngine:
 
 def _cpu_copy(policy):
     """A copy of ``policy`` on the CPU to ship to the workers."""
-    from srpo_agents.policy import Policy
+    from srpo_agents.models.policy import Policy
 
     model = copy.deepcopy(policy.model).to("cpu")
     return Policy(model=model, tokenizer=policy.tokenizer, name=policy.name)

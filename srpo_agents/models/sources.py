@@ -123,7 +123,7 @@ PLUGINS = {"tiny": "srpo_agents.tiny.source:TinySource"}
 """Model sources by name, as ``module:class`` (imported on first use)."""
 
 
-PRETRAINED = "srpo_agents.policy:PretrainedSource"
+PRETRAINED = "srpo_agents.models.policy:PretrainedSource"
 """The source of every other name: a pretrained LLM that ``resolve_model`` finds, loaded
 by transformers (named, like the plug-ins, so this module never imports the loader)."""
 
@@ -156,7 +156,7 @@ def resolve_model(name: str) -> str:
         return str(known_source(name.lower()))
     path = Path(name).expanduser()
     if path.is_dir():
-        from srpo_agents.adapters import is_adapter_folder
+        from srpo_agents.models.adapters import is_adapter_folder
 
         if (path / "config.json").is_file() or is_adapter_folder(str(path)):
             return str(path)

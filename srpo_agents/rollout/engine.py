@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 import torch
 
 from srpo_agents import faults
-from srpo_agents.generation import BACKENDS, GenerationOutput
-from srpo_agents.policy import Policy
+from srpo_agents.models.policy import Policy
+from srpo_agents.rollout.generation import BACKENDS, GenerationOutput
 from srpo_envs import Transition
 
 
@@ -103,7 +103,7 @@ class RolloutEngine:
         temperature: sampling temperature; 0 means greedy (argmax, log-probs of the
             untempered softmax).
         top_p: nucleus mass in (0, 1]; below 1 the recorded log-probs are not the
-            nucleus' (see ``srpo_agents.generation``).
+            nucleus' (see ``srpo_agents.rollout.generation``).
         max_batch: most prompts per forward batch (hf); vLLM's ``max_num_seqs``.
         drop_unfinished: send ``None`` for responses that hit ``max_new_tokens``.
         backend: "hf" (built-in loop) or "vllm" (optional extra).

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from srpo_agents import faults
-from srpo_agents.adapters import load_trainable_state, save_role_adapters, trainable_state
+from srpo_agents.models.adapters import load_trainable_state, save_role_adapters, trainable_state
 from srpo_envs.retrieval.cache import atomic_write  # stdlib only: tmp, fsync, replace
 
 CHECKPOINTS = "checkpoints"
@@ -82,7 +82,7 @@ def save_pretrained_atomic(model, tokenizer, directory: Path) -> None:
 
 def save_policy_atomic(policy, directory: Path) -> None:
     """A policy's folder, swapped in whole: ``save_pretrained`` of a plain model, or one
-    PEFT folder per role for role adapters (``srpo_agents.adapters``)."""
+    PEFT folder per role for role adapters (``srpo_agents.models.adapters``)."""
     if policy.adapter_roles:
         _swap_in(Path(directory), lambda tmp: save_role_adapters(policy, tmp))
     else:

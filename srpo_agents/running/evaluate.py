@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from srpo_agents.rollout import RolloutEngine
-from srpo_agents.routing_stats import routing_summary
+from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.running.routing_stats import routing_summary
 
 
 def episode_correct(rollout) -> bool:

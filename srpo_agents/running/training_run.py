@@ -25,24 +25,28 @@ import torch
 from tqdm import tqdm
 
 from srpo_agents import faults
-from srpo_agents.checkpoint import (
+from srpo_agents.config import TrainConfig
+from srpo_agents.learning.learner import Learner
+from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+from srpo_agents.models.policy import Policy
+from srpo_agents.models.sources import model_source, resolve_model
+from srpo_agents.rollout.envs import env_factory
+from srpo_agents.running.checkpoint import (
     SHARED,
     has_checkpoint,
     load_checkpoint,
     save_checkpoint,
     write_json_atomic,
 )
-from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
-from srpo_agents.evaluate import eval_pool, evaluate
-from srpo_agents.learner import Learner
-from srpo_agents.metrics_log import append_json_line, read_metrics_rows, write_json_lines_atomic
-from srpo_agents.model_sources import model_source, resolve_model
-from srpo_agents.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
-from srpo_agents.plots import plot_curve
-from srpo_agents.policy import Policy
-from srpo_agents.routing_stats import plot_routing
-from srpo_agents.step import (
+from srpo_agents.running.evaluate import eval_pool, evaluate
+from srpo_agents.running.metrics_log import (
+    append_json_line,
+    read_metrics_rows,
+    write_json_lines_atomic,
+)
+from srpo_agents.running.plots import plot_curve
+from srpo_agents.running.routing_stats import plot_routing
+from srpo_agents.running.step import (
     check_data,
     held_out,
     make_engine,
@@ -52,7 +56,7 @@ from srpo_agents.step import (
     time_breakdown,
     train_step,
 )
-from srpo_agents.verdicts import task_difference
+from srpo_agents.running.verdicts import task_difference
 
 
 def _quiet(*_: Any) -> None:
@@ -61,7 +65,7 @@ def _quiet(*_: Any) -> None:
 
 def _all_gather_rollouts(rollouts: list) -> list:
     """Every rank's episodes, on every rank, in rank order (Transitions and token rows)."""
-    from srpo_agents.rollout_io import rollout_rows, rollouts_from_rows
+    from srpo_agents.rollout.files import rollout_rows, rollouts_from_rows
 
     mine = [row for rollout in rollouts for row in rollout_rows(rollout)]
     gathered: list = [None] * torch.distributed.get_world_size()
@@ -106,7 +110,7 @@ class TrainingRun:
         resolve_model(config.model)  # a bad --model fails in seconds, before the run folder
         rank, world = 0, 1
         if config.data_parallel:
-            from srpo_agents.learner import init_data_parallel
+            from srpo_agents.learning.learner import init_data_parallel
 
             rank, world = init_data_parallel()
             if rank:  # every rank keeps its own files; rank 0's are the run's
@@ -136,7 +140,7 @@ class TrainingRun:
                                   config.curve_tasks or config.eval_tasks, log)
         roles = sorted(set(train_envs[0].roles.values()))
         if config.per_role_adapters:  # one frozen base, one LoRA adapter per role
-            from srpo_agents.adapters import attach_role_adapters
+            from srpo_agents.models.adapters import attach_role_adapters
 
             policy = attach_role_adapters(policy, roles, rank=config.lora_rank,
                                           alpha=config.lora_alpha, targets=config.lora_targets)
@@ -147,7 +151,7 @@ class TrainingRun:
         engine = make_engine(config, policy, role_policies)
         rollout = engine
         if config.rollout_workers:
-            from srpo_agents.ray_rollout import RayRolloutEngine
+            from srpo_agents.rollout.ray_engine import RayRolloutEngine
 
             rollout = RayRolloutEngine(config, policy, config.rollout_workers,
                                        address=config.ray_address)
@@ -187,7 +191,7 @@ class TrainingRun:
             rows = read_metrics_rows(self.metrics_path)
             self.updates_total = rows[-1].get("updates_total", 0) if rows else 0
         if config.tensorboard:
-            from srpo_agents.tensorboard_log import TensorBoardLog
+            from srpo_agents.running.tensorboard_log import TensorBoardLog
 
             self.board = TensorBoardLog(self.run_dir / "tensorboard")
             if not self.start_step:

@@ -37,17 +37,17 @@ import torch
 
 from srpo_agents import faults
 from srpo_agents.config import LearnerConfig  # noqa: F401 (Learner's settings; imported from here too)
-from srpo_agents.events import ActionUnit, UnitBatch
-from srpo_agents.generation import cache_kwarg
-from srpo_agents.objective import (
+from srpo_agents.learning.events import ActionUnit, UnitBatch
+from srpo_agents.learning.objective import (
     POLICY_LOSSES,
     Algorithm,
     LossConfig,
     LossInputs,
     reference_kl,
 )
-from srpo_agents.policy import Policy
-from srpo_agents.rollout import Sample
+from srpo_agents.models.policy import Policy
+from srpo_agents.rollout.engine import Sample
+from srpo_agents.rollout.generation import cache_kwarg
 
 
 def _pad(rows: list[list], value, dtype) -> torch.Tensor:
@@ -323,7 +323,7 @@ def _rank_and_world(data_parallel: bool) -> tuple[int, int]:
 
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("data_parallel=True needs torch.distributed initialized (run under "
-                           "torchrun and call srpo_agents.learner.init_data_parallel())")
+                           "torchrun and call srpo_agents.learning.learner.init_data_parallel())")
     return dist.get_rank(), dist.get_world_size()
 
 

@@ -1,6 +1,6 @@
 """``make demo``: SRPO trains a three-role search team, and you watch it learn.
 
-    python -m srpo_agents.demo [--seed 0] [--out runs/demo] [--steps N]
+    python -m srpo_agents.running.demo [--seed 0] [--out runs/demo] [--steps N]
 
 The team (SRPO-Search-v0, ``search_answer_verify``): a searcher writes a query, the env
 retrieves a passage, an answerer reads it and answers, a verifier accepts the answer or
@@ -44,22 +44,22 @@ import torch
 
 from srpo_agents.cli import format_table
 from srpo_agents.config import TrainConfig
-from srpo_agents.envs import env_factory
-from srpo_agents.evaluate import evaluate
-from srpo_agents.events import ActionUnit, build_units
-from srpo_agents.learner import Learner, LearnerConfig
-from srpo_agents.objective import ALGORITHMS, kappa_value
-from srpo_agents.plots import plot_curve
-from srpo_agents.policy import Policy, load_policy
-from srpo_agents.rollout import Rollout
-from srpo_agents.search_recipe import WARM_ROOT, track_settings, warm_folder
+from srpo_agents.learning.events import ActionUnit, build_units
+from srpo_agents.learning.learner import Learner, LearnerConfig
+from srpo_agents.learning.objective import ALGORITHMS, kappa_value
+from srpo_agents.models.policy import Policy, load_policy
+from srpo_agents.rollout.engine import Rollout
+from srpo_agents.rollout.envs import env_factory
+from srpo_agents.running.evaluate import evaluate
+from srpo_agents.running.plots import plot_curve
+from srpo_agents.running.search_recipe import WARM_ROOT, track_settings, warm_folder
+from srpo_agents.running.train import held_out, make_engine, prepare_policy, train
+from srpo_agents.running.verdicts import cleared
 from srpo_agents.tiny.config import tiny_run
 from srpo_agents.tiny.source import warm_start_status
-from srpo_agents.train import held_out, make_engine, prepare_policy, train
-from srpo_agents.verdicts import cleared
 
 ENV, WORKFLOW = "SRPO-Search-v0", "search_answer_verify"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COMMITTED_START = warm_folder(REPO / WARM_ROOT, WORKFLOW)
 """The committed start point (its ``warmstart/`` folder holds the model)."""
 

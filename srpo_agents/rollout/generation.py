@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from srpo_agents.policy import Policy
+from srpo_agents.models.policy import Policy
 
 GenerationOutput = tuple[list[int], list[float], bool]
 """(response_ids, logprobs, finished): the sampled ids (ending with the EOS id when
@@ -350,7 +350,7 @@ class VLLMGenerator:
         role; ``load_inplace`` on the first use after a sync replaces the engine's copy)."""
         from vllm.lora.request import LoRARequest
 
-        from srpo_agents.adapters import save_role_adapters
+        from srpo_agents.models.adapters import save_role_adapters
 
         folder = Path(self._adapters.name)
         save_role_adapters(self.policy, folder)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.step import (  # noqa: F401 (the names callers import from here)
+from srpo_agents.running.step import (  # noqa: F401 (the names callers import from here)
     check_data,
     eval_pool,
     evaluate_start,
@@ -35,7 +35,7 @@ from srpo_agents.step import (  # noqa: F401 (the names callers import from here
     train_step,
     update_policies,
 )
-from srpo_agents.training_run import TrainingRun
+from srpo_agents.running.training_run import TrainingRun
 
 
 def train(config: TrainConfig, log=print, before: dict[str, Any] | None = None
