@@ -8,7 +8,11 @@ from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
+from srpo_agents.learning.objective import (
+    ADVANTAGE_ESTIMATORS,
+    ALGORITHMS,
+    BEHAVIOUR_CORRECTIONS,
+)
 from srpo_agents.models.sources import DEFAULT_MODEL, check_options, model_source
 from srpo_agents.rollout.envs import env_kwargs
 from srpo_envs import registry
@@ -244,6 +248,23 @@ class LearnerConfig:
     step's tasks, the episodes are gathered, and the update shards events over the ranks
     and sums their gradients, so all ranks hold the same weights. Rank 0 writes --out;
     rank r writes --out/rank-r."""
+    max_staleness: int = 0
+    """Asynchronous SRPO: the rollouts of step s + N are generated in a process of their
+    own (hf or vLLM backend) while step s updates, with the weights of N updates before;
+    a set whose oldest member is more than N versions old when used is dropped whole and
+    counted. 0: synchronous (generate, then update)."""
+    proximal: str = "recompute"
+    """The ratio's denominator on off-policy data: "recompute" (pi_prox, the weights at the
+    update's start, scored in one extra pass; the behaviour weight pi_prox / mu corrects
+    for the generator mu) or "behaviour" (bypass: pi_prox = mu, no extra pass, no weight;
+    only with max_staleness <= 1)."""
+    behaviour_correction: str = "truncate"
+    """The behaviour weight past behaviour_cap: "truncate" (min(w, cap)) or "mask" (w
+    outside [1/cap, cap] is 0, and the unit or token leaves the update)."""
+    behaviour_cap: float = 3.0
+    """Cap C of the behaviour weight (> 1). 3.0 is TRL's vllm_importance_sampling_cap: a
+    stale set's weight may triple, never more, so one stale set cannot outweigh three
+    fresh ones."""
 
     def __post_init__(self) -> None:
         self.check_learner()
@@ -266,6 +287,22 @@ class LearnerConfig:
                 raise ValueError(f"{name}={value!r}: expected a finite number >= 0.0")
         for name in ("temperature", "max_grad_norm", "adv_eps"):
             _positive(self, name)
+        _int(self, "max_staleness", 0)
+        if self.proximal not in ("recompute", "behaviour"):
+            raise ValueError(f"proximal={self.proximal!r}: expected 'recompute' or "
+                             f"'behaviour' (bypass: pi_prox = mu)")
+        if self.proximal == "behaviour" and self.max_staleness > 1:
+            raise ValueError(f"proximal='behaviour' with max_staleness={self.max_staleness}: "
+                             f"bypass clips against the generator's weights, which are "
+                             f"then up to {self.max_staleness} updates old; it is allowed "
+                             f"at max_staleness <= 1 only (use proximal='recompute')")
+        if self.behaviour_correction not in BEHAVIOUR_CORRECTIONS:
+            raise ValueError(f"behaviour_correction={self.behaviour_correction!r}: expected "
+                             f"one of {BEHAVIOUR_CORRECTIONS}")
+        if not (isinstance(self.behaviour_cap, int | float) and math.isfinite(
+                self.behaviour_cap) and self.behaviour_cap > 1):
+            raise ValueError(f"behaviour_cap={self.behaviour_cap!r}: expected a finite "
+                             f"number > 1")
 
 
 @dataclass
@@ -372,6 +409,14 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
         if self.rollout_workers and self.per_role_policies:
             raise ValueError("rollout_workers with per_role_policies is not supported: the "
                              "workers play one shared policy")
+        if self.max_staleness and self.rollout_workers:
+            raise ValueError(f"max_staleness={self.max_staleness} with rollout_workers: the "
+                             f"Ray workers play synchronously for now; asynchronous "
+                             f"rollouts run in one process of their own (rollout_workers=0)")
+        if self.max_staleness and self.data_parallel:
+            raise ValueError(f"max_staleness={self.max_staleness} with data_parallel: "
+                             f"asynchronous rollouts need one learner process (use "
+                             f"rollout_workers to spread generation instead)")
 
     @property
     def sampling_seed(self) -> int:

@@ -88,6 +88,32 @@ def test_a_killed_run_resumes_to_the_uninterrupted_metrics(reference, point):
     assert summary["after"]["per_task_avg"] == reference_summary["after"]["per_task_avg"]
 
 
+ASYNC = ("--max-staleness", "2")
+
+
+@pytest.mark.parametrize("point", ["update@2", "checkpoint@2"])
+def test_a_killed_async_run_resumes_to_the_uninterrupted_metrics(reference, point):
+    """Asynchronous SRPO (two batches ahead, rollouts in their own process): a checkpoint
+    holds the batches made but not yet used and the process's samplers, so a resumed run
+    uses each batch once and generates the rest as the uninterrupted run did."""
+    root, _ = reference
+    straight = root / "async-straight"
+    if not straight.exists():
+        done = _train(straight, root / "warm", *ASYNC, cwd=root)
+        assert done.returncode == 0, done.stderr[-3000:]
+    run = root / f"async-killed-{point.replace('@', '-')}"
+    killed = _train(run, root / "warm", *ASYNC, kill_at=point, cwd=root)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    state = json.loads(sorted((run / "checkpoints").glob("step-*/state.json"))[-1]
+                       .read_text())
+    assert [b["step"] for b in state["payload"]["extra"]["async"]["batches"]] == [2, 3]
+    resumed = _train(run, root / "warm", *ASYNC, "--resume", cwd=root)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = _rows(run)
+    assert rows == _rows(straight)
+    assert [r["generated_with_version"] for r in rows] == [0, 0, 0, 1]
+
+
 def test_corrupt_checkpoints_are_refused_by_name_and_the_previous_is_used(reference):
     root, straight = reference
     run = root / "corrupt"

@@ -146,3 +146,20 @@ class UnitBatch:
     @property
     def response_tokens(self) -> int:
         return sum(len(m.response_ids) for u in self.units for m in u.members)
+
+    def ages(self, version: int) -> list[int]:
+        """Each unit's age at learner version ``version``: updates since its oldest member
+        was sampled (a set is as stale as its stalest output)."""
+        return [version - min(m.policy_version for m in u.members) for u in self.units]
+
+    def fresh(self, version: int, max_staleness: int) -> tuple[UnitBatch, dict]:
+        """The units at most ``max_staleness`` versions old (the others are dropped whole)
+        and the figures of the step: ``staleness_hist`` (units by age, 0 up to the oldest),
+        ``staleness_mean`` and ``sets_dropped_stale``."""
+        ages = self.ages(version)
+        keep = [i for i, age in enumerate(ages) if age <= max_staleness]
+        counts = np.bincount(ages, minlength=1).tolist() if ages else [0]
+        figures = {"staleness_hist": counts,
+                   "staleness_mean": float(np.mean(ages)) if ages else 0.0,
+                   "sets_dropped_stale": len(ages) - len(keep)}
+        return self.subset(keep), figures

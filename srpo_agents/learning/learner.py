@@ -24,13 +24,21 @@ Deliberate choices:
   the sampled responses during the first epoch (before the first optimizer step it is
   the behaviour policy's own), ``approx_kl`` the k3 estimate of KL(behaviour ||
   current), (r - 1) - log r with r = exp(logp - logp_old) (0 while on-policy; it grows
-  with each step taken).
+  with each step taken);
+- off-policy data (``max_staleness`` >= 1: sampled some versions ago): with ``proximal``
+  "recompute" the batch is scored once under the update's starting weights (pi_prox, no
+  gradient) before the first optimizer step; the loss's ratio is then pi_theta / pi_prox
+  and each unit (or token) carries the detached behaviour weight pi_prox / mu
+  (``objective.behaviour_weight``). ``mismatch_kl`` is the k3 estimate of KL(mu ||
+  pi_prox) over response tokens, ``proximal_seconds`` the extra pass's time. With
+  ``max_staleness`` 0 nothing of this runs, and the update is the synchronous one.
 """
 
 from __future__ import annotations
 
 import copy
 import random
+import time
 
 import numpy as np
 import torch
@@ -63,7 +71,9 @@ class Learner:
         self.config = config
         self.loss_fn = POLICY_LOSSES[algorithm.loss]
         self.normalizer = self.loss_fn.averages_over
-        self.loss_config = LossConfig(config.eps_low, config.eps_high, algorithm.kappa)
+        self.loss_config = LossConfig(config.eps_low, config.eps_high, algorithm.kappa,
+                                      config.behaviour_correction, config.behaviour_cap)
+        self._proximal: dict[int, list[float]] = {}  # id(sample) -> pi_prox log-probs
         params = [p for p in policy.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr,
                                            weight_decay=config.weight_decay)
@@ -204,19 +214,40 @@ class Learner:
             rows += size
         return [batch.subset(index) for index in groups + ([current] if current else [])]
 
+    def _score_proximal(self, batch: UnitBatch) -> None:
+        """pi_prox: every sample's log-probs under the weights the update starts from, in
+        the micro-batches the update will use, without gradients."""
+        self._proximal = {}
+        with torch.no_grad():
+            for micro in self._microbatches(batch):
+                samples = micro.samples
+                logp, _, _ = self.response_logprobs(self.policy.model, samples)
+                for row, sample in zip(logp.tolist(), samples, strict=True):
+                    self._proximal[id(sample)] = row[:len(sample.response_ids)]
+
     def _loss(self, micro: UnitBatch, with_entropy: bool):
         """The micro-batch's loss (KL term included) and its figures, each a mean at the
         level named in ``update``; plus its response tokens."""
         samples = micro.samples
         logp, mask, entropy = self.response_logprobs(self.policy.model, samples, with_entropy)
         logp_old = _pad([s.logprobs for s in samples], 0.0, torch.float32).to(self.device)
+        behaviour = None
+        if self._proximal:  # off-policy: the ratio is to pi_prox, mu enters as a weight
+            behaviour = logp_old * mask
+            logp_old = _pad([self._proximal[id(s)] for s in samples], 0.0,
+                            torch.float32).to(self.device)
         unit_index = torch.tensor(micro.unit_index, device=self.device)
         inputs = LossInputs(logp=logp, logp_old=logp_old * mask, mask=mask,
                             unit_index=unit_index,
                             unit_size=torch.tensor(micro.unit_sizes, device=self.device),
                             # float32, as the losses were written for
-                            advantages=torch.tensor(micro.advantages.tolist()).to(self.device))
+                            advantages=torch.tensor(micro.advantages.tolist()).to(self.device),
+                            logp_behaviour=behaviour)
         loss, figures = self.loss_fn(inputs, self.loss_config)
+        if behaviour is not None:
+            log_r = inputs.logp_old - behaviour  # log pi_prox / mu, 0 on padding
+            figures["mismatch_kl"] = float(((log_r.exp() - 1 - log_r) * mask).sum()
+                                           / mask.sum().clamp(min=1))
         tokens = float(mask.sum())
         log_ratio = (logp.detach() - logp_old) * mask
         figures["max_abs_log_ratio"] = float(log_ratio.abs().max())
@@ -255,6 +286,7 @@ class Learner:
         try:
             return self._update(units, advantages)
         finally:
+            self._proximal = {}
             model.train(was_training)
 
     def _update(self, units: list[ActionUnit], advantages: np.ndarray) -> dict[str, float]:
@@ -262,6 +294,11 @@ class Learner:
         model = self.policy.model
         size = self.config.minibatch_units or len(units)
         rank, world = _rank_and_world(self.config.data_parallel)
+        proximal_seconds = None
+        if self.config.max_staleness and self.config.proximal == "recompute":
+            tick = time.monotonic()
+            self._score_proximal(batch)
+            proximal_seconds = time.monotonic() - tick
         grad_norms = []
         # Each figure summed with its share of its mini-batch (at its own level, over
         # every rank), so a mini-batch's sum is its one-batch figure; maxima apart.
@@ -293,6 +330,9 @@ class Learner:
                         sums["entropy_sum"] += figures.pop("entropy") * tokens
                         sums["entropy_tokens"] += tokens
                     sums["approx_kl"] += figures.pop("approx_kl") * token_share
+                    if "mismatch_kl" in figures:  # over tokens, as approx_kl
+                        sums["mismatch_kl"] = (sums.get("mismatch_kl", 0.0)
+                                               + figures.pop("mismatch_kl") * token_share)
                     for key, value in figures.items():
                         sums[key] = sums.get(key, 0.0) + value * weight
                 clip_by_update.append(sums["clip_fraction"] - clipped_before)
@@ -313,6 +353,8 @@ class Learner:
                    entropy=entropy)
         if world == 1:  # a rank's own share is not the mini-batch's figure
             out["clip_fraction_by_update"] = clip_by_update
+        if proximal_seconds is not None:
+            out["proximal_seconds"] = proximal_seconds
         return out
 
 

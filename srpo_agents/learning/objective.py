@@ -13,6 +13,7 @@ Signatures:
 
 Shapes in ``LossInputs`` (R member rows, T response tokens, U action units):
     logp, logp_old: [R, T] float   log-probs of the sampled response tokens
+    logp_behaviour: [R, T] float   the generator's log-probs (mu), or None (see below)
     mask:           [R, T] float   1 on response tokens, 0 on padding
     unit_index:     [R]    long    the unit each row belongs to, in 0..U-1
     unit_size:      [U]    float   K of each unit (number of member rows)
@@ -24,6 +25,15 @@ aggregation, as their papers do; MAGRPO is REINFORCE with a group-mean baseline 
 ratio. KL to a reference (k3, ``reference_kl``) is added by the learner for every loss,
 averaged at the loss's own level (over units, or over tokens), so a mini-batch split
 into micro-batches weighted by their share of units or tokens gives the same term.
+
+Off-policy data (asynchronous SRPO, ``max_staleness`` >= 1; docs/algorithm.md): the
+ratio's denominator ``logp_old`` is then the proximal policy pi_prox (the weights at the
+start of the update), and ``logp_behaviour`` holds mu, the log-probs the generator
+sampled with, some versions older. Every loss multiplies its objective, at its own unit,
+by the detached behaviour weight w = pi_prox / mu (``behaviour_weight``): per token for
+the token losses, per unit for the others, where a unit's weight is the geometric mean
+of its members' sequence ratios (never their product). ``logp_behaviour`` None: the
+data is on-policy, or ``logp_old`` is mu itself (bypass), and no weight applies.
 """
 
 from __future__ import annotations
@@ -64,6 +74,10 @@ class LossInputs:
     unit_index: torch.Tensor
     unit_size: torch.Tensor
     advantages: torch.Tensor
+    logp_behaviour: torch.Tensor | None = None
+
+
+BEHAVIOUR_CORRECTIONS = ("truncate", "mask")
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,51 @@ class LossConfig:
     eps_low: float = 0.2
     eps_high: float = 0.2
     kappa: str = "inv_sqrt"
+    correction: str = "truncate"
+    """What the behaviour weight w does past ``cap``: "truncate" (min(w, cap)) or "mask"
+    (w outside [1/cap, cap] becomes 0: the unit or token leaves the update)."""
+    cap: float = 3.0
+
+
+def behaviour_weight(inputs: LossInputs, cfg: LossConfig, per: str
+                     ) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """The detached behaviour weight pi_prox / mu at the loss's unit, and its figures.
+
+    ``per="tokens"``: one weight per response token, exp(logp_old - logp_behaviour)
+    ([R, T]). ``per="units"``: one weight per unit ([U]), the geometric mean over its
+    members of each member's sequence ratio, exp((1/K) sum_j sum_t m (logp_old -
+    logp_behaviour)); for units of one output, that output's sequence ratio. None (and no
+    figures) when ``logp_behaviour`` is None."""
+    if inputs.logp_behaviour is None:
+        return None, {}
+    with torch.no_grad():
+        log_w = (inputs.logp_old - inputs.logp_behaviour) * inputs.mask              # [R, T]
+        if per == "units":
+            sizes = inputs.unit_size.to(log_w.dtype)
+            log_w = torch.zeros_like(sizes).index_add(0, inputs.unit_index,
+                                                     log_w.sum(dim=1)) / sizes      # [U]
+            counted = torch.ones_like(log_w)
+        elif per == "tokens":
+            counted = inputs.mask
+        else:
+            raise ValueError(f"per={per!r}: expected 'tokens' or 'units'")
+        weight = torch.exp(log_w)
+        cap = float(cfg.cap)
+        if cfg.correction == "truncate":
+            outside = weight > cap
+            out = torch.clamp(weight, max=cap)
+        elif cfg.correction == "mask":
+            outside = (weight > cap) | (weight < 1 / cap)
+            out = torch.where(outside, torch.zeros_like(weight), weight)
+        else:
+            raise ValueError(f"correction={cfg.correction!r}: expected one of "
+                             f"{BEHAVIOUR_CORRECTIONS}")
+        total = counted.sum().clamp(min=1)
+        share = float((outside.to(counted.dtype) * counted).sum() / total)
+        figures = {"behaviour_weight_mean": float((out * counted).sum() / total),
+                   "behaviour_truncated": share if cfg.correction == "truncate" else 0.0,
+                   "behaviour_masked": share if cfg.correction == "mask" else 0.0}
+    return out * counted if per == "tokens" else out, figures
 
 
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {}
@@ -173,8 +232,11 @@ def set_clip_loss(inputs: LossInputs, cfg: LossConfig) -> tuple[torch.Tensor, di
     clipped = torch.clamp(ratio, 1 - cfg.eps_low, 1 + cfg.eps_high)
     objective = torch.minimum(ratio * adv, clipped * adv)
     clip_frac = ((ratio * adv) > (clipped * adv)).float().mean()
+    weight, figures = behaviour_weight(inputs, cfg, "units")
+    if weight is not None:
+        objective = weight * objective
     return -objective.mean(), {"clip_fraction": float(clip_frac),
-                               "ratio_mean": float(ratio.detach().mean())}
+                               "ratio_mean": float(ratio.detach().mean()), **figures}
 
 
 @register_policy_loss("token_clip", averages_over="tokens")
@@ -187,9 +249,12 @@ def token_clip_loss(inputs: LossInputs, cfg: LossConfig) -> tuple[torch.Tensor, 
     per_token = torch.minimum(ratio * adv, clipped * adv)
     tokens = inputs.mask.sum().clamp(min=1)
     clip_frac = ((((ratio * adv) > (clipped * adv)).float() * inputs.mask).sum() / tokens)
+    weight, figures = behaviour_weight(inputs, cfg, "tokens")
+    if weight is not None:
+        per_token = weight * per_token
     return -(per_token * inputs.mask).sum() / tokens, {"clip_fraction": float(clip_frac),
                                                        "ratio_mean": float(ratio.detach()[
-                                                           inputs.mask > 0].mean())}
+                                                           inputs.mask > 0].mean()), **figures}
 
 
 @register_adv_est("task_agent")
@@ -247,8 +312,11 @@ def reinforce_loss(inputs: LossInputs, cfg: LossConfig) -> tuple[torch.Tensor, d
     row_logp = (inputs.logp * inputs.mask).sum(dim=1)                               # [R]
     unit_logp = torch.zeros(inputs.unit_size.shape[0], dtype=row_logp.dtype,
                             device=row_logp.device).index_add(0, inputs.unit_index, row_logp)
-    loss = -(inputs.advantages.to(unit_logp.dtype) * unit_logp).mean()
-    return loss, {"clip_fraction": 0.0, "ratio_mean": 1.0}
+    objective = inputs.advantages.to(unit_logp.dtype) * unit_logp
+    weight, figures = behaviour_weight(inputs, cfg, "units")
+    if weight is not None:  # off-policy REINFORCE: the gradient of log pi, weighted by w
+        objective = weight * objective
+    return -objective.mean(), {"clip_fraction": 0.0, "ratio_mean": 1.0, **figures}
 
 
 def reference_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,

@@ -33,6 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -40,6 +41,9 @@ from srpo_agents import faults
 from srpo_agents.models.policy import Policy
 from srpo_agents.rollout.generation import BACKENDS, GenerationOutput
 from srpo_envs import Transition
+
+if TYPE_CHECKING:
+    from srpo_agents.config import TrainConfig
 
 
 @dataclass
@@ -242,3 +246,15 @@ class RolloutEngine:
                 task_id=first.task_id if first else "",
                 transitions=transitions, samples=episode_samples))
         return rollouts
+
+
+def engine_for(config: TrainConfig, policy: Policy,
+               role_policies: Mapping[str, Policy] | None = None,
+               seed_offset: int = 0) -> RolloutEngine:
+    """The run's rollout engine: its backend, length limit, temperature and sampling seed
+    (plus ``seed_offset``: a rollout worker's index)."""
+    return RolloutEngine(policy, max_new_tokens=config.max_new_tokens,
+                         temperature=config.temperature, backend=config.backend,
+                         seed=config.sampling_seed + seed_offset,
+                         role_policies=role_policies or {},
+                         drop_unfinished=config.drop_unfinished)

@@ -61,3 +61,9 @@ def env_factory(config: TrainConfig, split: str,
         return env
 
     return make
+
+
+def env_pool(make_env: Callable[[int], Any], size: int, seed: int) -> list:
+    """``size`` envs of ``make_env``, seeded from ``seed`` one by one (the training pool
+    of a run, in this process or in a rollout process: the same seeds, the same envs)."""
+    return [make_env(seed * 1_000_003 + i) for i in range(size)]

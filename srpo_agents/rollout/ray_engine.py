@@ -42,18 +42,14 @@ class _Worker:
 
         from srpo_agents import faults
         from srpo_agents.config import TrainConfig
-        from srpo_agents.rollout.engine import RolloutEngine
+        from srpo_agents.rollout.engine import engine_for
         from srpo_agents.rollout.envs import env_factory
 
         torch.set_num_threads(1)
         faults.scope = f"worker{index}:"
         self.config = TrainConfig(**config)
         self.policy = policy
-        self.engine = RolloutEngine(policy, max_new_tokens=self.config.max_new_tokens,
-                                    temperature=self.config.temperature,
-                                    backend=self.config.backend,
-                                    seed=self.config.sampling_seed + index,
-                                    drop_unfinished=self.config.drop_unfinished)
+        self.engine = engine_for(self.config, policy, seed_offset=index)
         make = env_factory(self.config, "train", policy.count_tokens)
         self.envs = [make(self.config.sampling_seed * 1_000_003 + index * 100_003 + i)
                      for i in range(pool_size)]

@@ -12,13 +12,14 @@ likewise for search queries. Where the env says whether the final answer was rea
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
 from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.rollout.envs import env_pool as eval_pool  # noqa: F401 (imported from here)
 from srpo_agents.running.routing_stats import routing_summary
 
 
@@ -150,5 +151,3 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
     return result
 
 
-def eval_pool(make_env: Callable[[int], Any], size: int, seed: int) -> list:
-    return [make_env(seed * 1_000_003 + i) for i in range(size)]

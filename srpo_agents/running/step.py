@@ -19,7 +19,7 @@ from srpo_agents.learning.events import UnitBatch, build_units
 from srpo_agents.learning.learner import Learner
 from srpo_agents.models.policy import Policy
 from srpo_agents.models.sources import model_source
-from srpo_agents.rollout.engine import RolloutEngine
+from srpo_agents.rollout.engine import RolloutEngine, engine_for
 from srpo_agents.rollout.envs import env_factory
 from srpo_agents.running.checkpoint import SHARED
 from srpo_agents.running.evaluate import episode_correct, eval_pool, evaluate
@@ -89,17 +89,32 @@ def step_metrics(rollouts, stats, update: dict, step: int, seconds: float) -> di
 def train_step(engine: RolloutEngine, envs: list, options: list[dict], algorithm,
                estimator, learners: dict[str, Learner], dynamic_sampling: bool = False,
                gather=None) -> tuple[list, Any, dict[str, Any]]:
-    """One RL step: play ``options[i]`` on ``envs[i]``, form the algorithm's units from
-    the Transitions, compute advantages and update. Returns (rollouts, unit stats, the
-    update's metrics with this step's seconds in generation, env and update).
-
-    ``dynamic_sampling`` (DAPO's filter): units of tasks whose episodes all got the same
-    return are left out of the update. Their advantage is 0 either way; leaving them out
-    stops them from diluting the mean over units, so the batch shrinks instead."""
+    """One RL step: play ``options[i]`` on ``envs[i]``, then ``learn`` from the episodes.
+    Returns (rollouts, unit stats, the update's metrics with this step's seconds in
+    generation, env and update)."""
     spent = dict(engine.seconds)
     rollouts = engine.run(envs, options)
     if gather is not None:  # data-parallel: the episodes every rank played
         rollouts = gather(rollouts)
+    stats, update = learn(rollouts, algorithm, estimator, learners, dynamic_sampling)
+    engine.policy_version += 1
+    update.update({f"{k}_seconds": engine.seconds[k] - spent[k] for k in engine.seconds})
+    return rollouts, stats, update
+
+
+def learn(rollouts: list, algorithm, estimator, learners: dict[str, Learner],
+          dynamic_sampling: bool = False, version: int | None = None,
+          max_staleness: int = 0) -> tuple[Any, dict[str, Any]]:
+    """Form the algorithm's units from the episodes' Transitions, compute advantages and
+    update. Returns (unit stats, the update's metrics with ``update_seconds``).
+
+    ``dynamic_sampling`` (DAPO's filter): units of tasks whose episodes all got the same
+    return are left out of the update. Their advantage is 0 either way; leaving them out
+    stops them from diluting the mean over units, so the batch shrinks instead.
+
+    ``version`` (asynchronous runs: the learner's policy version): units more than
+    ``max_staleness`` versions old are dropped whole, after the advantages (so a group's
+    baseline does not move with what was dropped), and the ages are reported."""
     units, stats = build_units(rollouts, algorithm.unit)
     # Every learner of a run shares one LearnerConfig: its adv_eps is the run's.
     adv_eps = next(iter(learners.values())).config.adv_eps
@@ -108,12 +123,13 @@ def train_step(engine: RolloutEngine, envs: list, options: list[dict], algorithm
         returns = _returns_by_task(rollouts)
         batch = batch.subset([i for i, u in enumerate(units)
                               if len(returns[u.info.task_id]) > 1])
+    staleness = {}
+    if version is not None:
+        batch, staleness = batch.fresh(version, max_staleness)
     tick = time.monotonic()
     update = update_policies(learners, batch)
-    engine.policy_version += 1
-    update.update({f"{k}_seconds": engine.seconds[k] - spent[k] for k in engine.seconds},
-                  update_seconds=time.monotonic() - tick, units=len(batch))
-    return rollouts, stats, update
+    update.update(update_seconds=time.monotonic() - tick, units=len(batch), **staleness)
+    return stats, update
 
 
 def time_breakdown(metrics_path: Path, warm: dict, before_after_eval: float,
@@ -155,10 +171,7 @@ def update_policies(learners: dict[str, Learner], batch: UnitBatch) -> dict:
 
 def make_engine(config: TrainConfig, policy: Policy,
                 role_policies: dict[str, Policy] | None = None) -> RolloutEngine:
-    return RolloutEngine(policy, max_new_tokens=config.max_new_tokens,
-                         temperature=config.temperature, backend=config.backend,
-                         seed=config.sampling_seed, role_policies=role_policies or {},
-                         drop_unfinished=config.drop_unfinished)
+    return engine_for(config, policy, role_policies)
 
 
 def held_out(config: TrainConfig, token_counter=None, split: str = "test", wanted=None,

@@ -5,7 +5,8 @@ the train, test and validation env pools, per-role adapters or policies, the rol
 engine (this process or Ray workers), one learner per policy, and, with ``resume``, the
 latest checkpoint (weights, optimizers, random generators, the step to continue from).
 Then per step: ``step`` (rollouts -> action units -> advantages -> update, and the
-step's metrics), ``validate`` (the validation split, every ``eval_every`` steps),
+step's metrics; with ``max_staleness`` N >= 1 the rollouts of step s + N are generated
+in a process of their own while step s updates: ``_async_rollouts``), ``validate`` (the validation split, every ``eval_every`` steps),
 ``record`` (``metrics.jsonl``, TensorBoard, the progress bar) and ``save`` (an atomic
 checkpoint). ``finish`` evaluates on the test split and writes ``summary.json`` and the
 plots.
@@ -49,6 +50,7 @@ from srpo_agents.running.routing_stats import plot_routing
 from srpo_agents.running.step import (
     check_data,
     held_out,
+    learn,
     make_engine,
     prepare_policy,
     step_metrics,
@@ -99,6 +101,14 @@ class TrainingRun:
     updates_total: int = 0
     eval_seconds: float = 0.0             # the before and after evaluations
     board: Any = None
+    # asynchronous runs (max_staleness >= 1): the rollout process, the batches it made
+    # that no step has used yet (by step), the next step to submit, the update intervals
+    # (to measure the overlap) and the process's sampler states of a resumed run
+    producer: Any = None
+    produced: dict = dataclasses.field(default_factory=dict)
+    next_submit: int = 0
+    update_intervals: list = dataclasses.field(default_factory=list)
+    resumed_samplers: dict | None = None
 
     @property
     def metrics_path(self) -> Path:
@@ -177,6 +187,7 @@ class TrainingRun:
                                       generators=self.generators, log=log)
             self.start_step = payload["step"]
             self.before = payload["extra"].get("before") or self.before
+            self._restore_async(payload["extra"].get("async"))
             self.engine.policy_version = self.rollout.policy_version = self.start_step
             # rows of the steps to be replayed go, and so does a line torn by a kill
             kept = [row for row in read_metrics_rows(self.metrics_path)
@@ -217,15 +228,26 @@ class TrainingRun:
         return tqdm(range(self.start_step, self.config.steps), initial=self.start_step,
                     total=self.config.steps, desc="srpo train", disable=None)
 
+    def _options(self, step: int) -> list[dict]:
+        """Step ``step``'s episodes: freshly drawn tasks, each ``group_size`` times."""
+        config = self.config
+        tasks = [self.task_rng.randrange(task_count(self.train_envs) or 2**31)
+                 for _ in range(config.tasks_per_step)]
+        return [{"task_index": t, "episode_id": f"s{step}-t{i}-g{g}"}
+                for i, t in enumerate(tasks) for g in range(config.group_size)]
+
     def step(self, step: int) -> dict[str, Any]:
         """One RL step (``train.train_step``) on freshly drawn tasks; the step's metrics."""
         config, rollout = self.config, self.rollout
         faults.at_step(step)
         tick = time.monotonic()
-        tasks = [self.task_rng.randrange(task_count(self.train_envs) or 2**31)
-                 for _ in range(config.tasks_per_step)]
-        options = [{"task_index": t, "episode_id": f"s{step}-t{i}-g{g}"}
-                   for i, t in enumerate(tasks) for g in range(config.group_size)]
+        if config.max_staleness:
+            rollouts, stats, update = self._async_step(step)
+            self.updates_total += update.get("updates", 0)
+            row = step_metrics(rollouts, stats, update, step, time.monotonic() - tick)
+            row["updates_total"] = self.updates_total
+            return row
+        options = self._options(step)
         lost_before = getattr(rollout, "lost_episodes", 0)
         gather = None
         if self.world > 1:  # this rank plays its whole tasks; every rank then has all
@@ -243,6 +265,69 @@ class TrainingRun:
         row = step_metrics(rollouts, stats, update, step, time.monotonic() - tick)
         row["updates_total"] = self.updates_total
         return row
+
+    def _async_step(self, step: int) -> tuple[list, Any, dict[str, Any]]:
+        """Step ``step`` of an asynchronous run: keep the rollout process N batches ahead
+        (each generated with the weights of its submission), take this step's batch,
+        drop what is more than N versions old, update."""
+        config, version = self.config, self.engine.policy_version
+        if self.producer is None:
+            self._start_producer()
+        while self.next_submit <= min(step + config.max_staleness, config.steps - 1):
+            self.producer.submit(self.next_submit, self._options(self.next_submit), version,
+                                 self.policies)
+            self.next_submit += 1
+        waited = time.monotonic()
+        while step not in self.produced:
+            batch = self.producer.collect()
+            self.produced[batch.step] = batch
+        waited = time.monotonic() - waited
+        batch = self.produced.pop(step)
+        rollouts = batch.rollouts()
+        start = time.monotonic()
+        stats, update = learn(rollouts, self.algorithm, self.estimator,
+                              self.learners, config.dynamic_sampling, version,
+                              config.max_staleness)
+        self.update_intervals = [*self.update_intervals[-config.max_staleness:],
+                                 (start, time.monotonic())]
+        self.engine.policy_version = version + 1
+        first, last = batch.interval
+        overlap = sum(max(0.0, min(last, b) - max(first, a)) for a, b in self.update_intervals)
+        update.update({f"{k}_seconds": v for k, v in batch.seconds.items()},
+                      rollout_wait_seconds=waited, overlap_seconds=overlap,
+                      generated_with_version=batch.version)
+        return rollouts, stats, update
+
+    def _start_producer(self) -> None:
+        from srpo_agents.rollout.process import RolloutProcess, learner_threads
+
+        torch.set_num_threads(learner_threads())  # the process takes one core
+        self.producer = RolloutProcess(self.config, self.engine.policy,
+                                       self.engine.role_policies, len(self.train_envs),
+                                       self.engine.policy_version, self.resumed_samplers)
+        self.next_submit = max(self.next_submit, self.start_step + len(self.produced))
+
+    def _drain(self) -> dict | None:
+        """An asynchronous run's state for a checkpoint: every submitted batch, waited
+        for (so none is lost or made twice on resume), and the process's samplers."""
+        if self.producer is None and not self.produced:
+            return None
+        while self.producer is not None and self.producer.in_flight:
+            batch = self.producer.collect()
+            self.produced[batch.step] = batch
+        latest = max(self.produced.values(), key=lambda b: b.step, default=None)
+        return {"batches": [self.produced[s].to_dict() for s in sorted(self.produced)],
+                "next_submit": self.next_submit,
+                "samplers": latest.samplers if latest else self.resumed_samplers}
+
+    def _restore_async(self, state: dict | None) -> None:
+        if not state:
+            return
+        from srpo_agents.rollout.process import Batch
+
+        self.produced = {b["step"]: Batch.from_dict(b) for b in state["batches"]}
+        self.next_submit = state["next_submit"]
+        self.resumed_samplers = state["samplers"]
 
     def validates_after(self, step: int) -> bool:
         every = self.config.eval_every
@@ -273,10 +358,13 @@ class TrainingRun:
         return bool(every and (step + 1) % every == 0) or step + 1 == self.config.steps
 
     def save(self, step: int) -> None:
+        extra = {"before": self.before}
+        if self.config.max_staleness:
+            extra["async"] = self._drain()
         save_checkpoint(self.run_dir, policies=self.policies,
                         optimizers={n: lrn.optimizer for n, lrn in self.learners.items()},
                         step=step + 1, config=self.config.to_dict(),
-                        generators=self.generators, extra={"before": self.before})
+                        generators=self.generators, extra=extra)
 
     def finish(self) -> dict[str, Any]:
         """The test evaluation after training; ``summary.json``, the curve and plots."""
@@ -284,6 +372,9 @@ class TrainingRun:
         faults.at_step(None)
         if self.rollout is not self.engine:
             self.rollout.shutdown()
+        if self.producer is not None:
+            self.producer.shutdown()
+            self.producer = None
         after = self._test("after")
         if self.board is not None:
             self.board.evaluation("after", after, config.steps)

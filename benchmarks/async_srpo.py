@@ -1,0 +1,170 @@
+"""Asynchronous SRPO against synchronous, on the demo's setting (issue 39).
+
+    python benchmarks/async_srpo.py speed [--steps 8] [--backend hf|vllm]
+    python benchmarks/async_srpo.py train [--seeds 0 1 2] [--runs sync n1 n4 grpo grpo_n4]
+    python benchmarks/async_srpo.py report
+
+``speed``: the demo's setting for ``--steps`` steps (held-out evaluation cut to 16
+tasks x 1), synchronous and then one step off (``max_staleness`` 1), one after the
+other in this script's subprocesses; the seconds of each step after the first (which
+also starts the rollout process) and where they went. ``--backend vllm`` needs the
+``.venv-vllm`` interpreter. Writes ``results/async_speed_<backend>.md``.
+
+``train``: the demo's whole run (50 steps, held-out 500 questions x k = 4) for each
+named run and seed, into ``runs/async-srpo/<run>-s<seed>``; a finished run is read back,
+an unfinished one resumes from its checkpoint (every 10 steps), so the matrix can span
+sessions. ``report`` writes ``results/async_srpo.md`` from what has finished, with the
+verdicts of ``srpo_agents.running.verdicts`` (several seeds: bootstrap, t bar, signs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from srpo_agents.running.demo import demo_config, ensure_start
+from srpo_agents.running.metrics_log import read_metrics_rows
+from srpo_agents.running.verdicts import diff_cell, difference
+from srpo_bench.machine import describe, write_results
+
+RUNS = {"sync": {}, "n1": {"max_staleness": 1}, "n4": {"max_staleness": 4},
+        "grpo": {"algo": "grpo"}, "grpo_n4": {"algo": "grpo", "max_staleness": 4}}
+OUT = Path("runs/async-srpo")
+STEP_KEYS = ("seconds", "generation_seconds", "update_seconds", "proximal_seconds",
+             "rollout_wait_seconds", "overlap_seconds")
+
+
+def config_for(run: str, seed: int, out: Path, **overrides):
+    start = ensure_start(OUT / "demo-start")
+    settings = {"save_every": 10, "resume": True, **RUNS[run], **overrides}
+    return demo_config(str(out), seed, model=str(start), **settings)
+
+
+def launch(config, python: str = sys.executable) -> None:
+    """``train(config)`` in a subprocess of its own (its own threads and memory)."""
+    code = ("import json, sys; from srpo_agents.config import TrainConfig; "
+            "from srpo_agents.running.train import train; "
+            "train(TrainConfig(**json.loads(sys.argv[1])))")
+    subprocess.run([python, "-c", code, json.dumps(config.to_dict())], check=True)
+
+
+def speed(steps: int, backend: str) -> None:
+    python = sys.executable if backend == "hf" else ".venv-vllm/bin/python"
+    rows, lines = {}, []
+    for run in ("sync", "n1"):
+        out = OUT / f"speed-{backend}-{run}"
+        config = config_for(run, 0, out, steps=steps, eval_tasks=16, eval_k=1,
+                            eval_every=0, backend=backend, resume=False)
+        launch(config, python)
+        measured = read_metrics_rows(out / "metrics.jsonl")[1:]
+        rows[run] = {key: float(np.mean([r.get(key, 0.0) for r in measured]))
+                     for key in STEP_KEYS}
+    ratio = rows["n1"]["seconds"] / rows["sync"]["seconds"]
+    lines += [f"# Asynchronous SRPO, wall time per step ({backend} backend)", "",
+              f"Command: `python benchmarks/async_srpo.py speed --steps {steps} "
+              f"--backend {backend}`", "", f"Machine: {describe()}.", "",
+              "Setting: the demo's (SRPO-Search-v0 search_answer_verify, 16 questions x "
+              "G = 8 a step), the synchronous run and then the one-step-off run "
+              "(max_staleness 1) one after the other; the mean over the steps after the "
+              "first. The synchronous learner has every core; the asynchronous one keeps "
+              "all but one, which the rollout process takes.", "",
+              "| run | s/step | generation | update | of which pi_prox pass | learner "
+              "waiting for rollouts | generation overlapping updates |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for run, r in rows.items():
+        lines.append(f"| {run} | {r['seconds']:.2f} | {r['generation_seconds']:.2f} | "
+                     f"{r['update_seconds']:.2f} | {r['proximal_seconds']:.2f} | "
+                     f"{r['rollout_wait_seconds']:.2f} | {r['overlap_seconds']:.2f} |")
+    lines += ["", f"One step off over synchronous, seconds a step: **{ratio:.2f}**."]
+    write_results(f"async_speed_{backend}", lines, {"steps": steps, "rows": rows,
+                                                    "ratio": ratio})
+
+
+def train_matrix(runs: list[str], seeds: list[int]) -> None:
+    for seed in seeds:  # seed-major: a partial matrix still pairs runs on their seeds
+        for run in runs:
+            out = OUT / f"{run}-s{seed}"
+            if (out / "summary.json").exists():
+                continue
+            print(f"== {run} seed {seed}", flush=True)
+            launch(config_for(run, seed, out))
+
+
+def finished() -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {}
+    for run in RUNS:
+        for path in sorted(OUT.glob(f"{run}-s*/summary.json")):
+            summary = json.loads(path.read_text())
+            found.setdefault(run, []).append(
+                {"seed": summary["config"]["seed"], "summary": summary,
+                 "per_task_avg": summary["after"]["per_task_avg"],
+                 "metrics": read_metrics_rows(path.parent / "metrics.jsonl")})
+    return found
+
+
+def report() -> None:
+    found = finished()
+    lines = ["# Asynchronous SRPO on the demo's setting", "",
+             "Command: `python benchmarks/async_srpo.py train --seeds 0 1 2` then "
+             "`python benchmarks/async_srpo.py report`.", "", f"Machine: {describe()}.", "",
+             "Setting: the demo's run (SRPO-Search-v0 search_answer_verify from its "
+             "committed start, 50 steps of 16 questions x G = 8, lr 6e-5); held-out 500 "
+             "test-split questions x k = 4. n1 and n4: max_staleness 1 and 4, pi_prox "
+             "recomputed, behaviour weight truncated at 3.", "",
+             "| run | seed | avg@4 before | avg@4 after | after - before | mean staleness "
+             "| mismatch KL (mean) | truncated share | wall time (min) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run, rows in found.items():
+        for row in sorted(rows, key=lambda r: r["seed"]):
+            s, m = row["summary"], row["metrics"]
+            lines.append(
+                f"| {run} | {row['seed']} | {s['before']['avg_at_k']:.3f} | "
+                f"{s['after']['avg_at_k']:.3f} | {s['difference']['avg_at_k']:+.3f} ± "
+                f"{s['difference']['avg_at_k_stderr']:.3f} | "
+                f"{np.mean([r.get('staleness_mean', 0.0) for r in m]):.2f} | "
+                f"{np.mean([r.get('mismatch_kl', 0.0) for r in m]):.2e} | "
+                f"{np.mean([r.get('behaviour_truncated', 0.0) for r in m]):.3f} | "
+                f"{s['wall_time_s'] / 60:.1f} |")
+    pairs = [("n1", "sync"), ("n4", "sync"), ("grpo_n4", "grpo"), ("n4", "grpo_n4")]
+    verdicts = {}
+    lines += ["", "Held-out avg@4 after training, A minus B, paired by question over the "
+              "seeds both finished:", "", "| A - B | difference |", "|---|---|"]
+    for a, b in pairs:
+        if a in found and b in found and {r["seed"] for r in found[a]} & {
+                r["seed"] for r in found[b]}:
+            d = difference(found[a], found[b])
+            verdicts[f"{a} - {b}"] = {k: v for k, v in d.items()}
+            lines.append(f"| {a} - {b} | {diff_cell(d)} |")
+    data = {"runs": {run: [{"seed": r["seed"], "before": r["summary"]["before"]["avg_at_k"],
+                            "after": r["summary"]["after"]["avg_at_k"],
+                            "wall_time_s": r["summary"]["wall_time_s"]} for r in rows]
+                     for run, rows in found.items()}, "verdicts": verdicts}
+    write_results("async_srpo", lines, data)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=["speed", "train", "report"])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--backend", choices=["hf", "vllm"], default="hf")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--runs", nargs="+", choices=sorted(RUNS),
+                        default=["sync", "n1", "n4", "grpo_n4", "grpo"])
+    args = parser.parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.mode == "speed":
+        speed(args.steps, args.backend)
+    elif args.mode == "train":
+        train_matrix(args.runs, args.seeds)
+    else:
+        report()
+
+
+if __name__ == "__main__":
+    main()
