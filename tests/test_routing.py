@@ -190,7 +190,8 @@ def test_train_config_routes_cost_to_the_env_and_checks_it():
 def test_the_learner_has_no_routed_branch():
     """Routing is trained by the one update rule: the modules that form units, compute
     advantages and update never mention routes."""
-    for name in ("learner.py", "objective.py", "events.py", "rollout.py", "generation.py"):
+    for name in ("learning/learner.py", "learning/objective.py", "learning/events.py",
+                 "rollout/engine.py", "rollout/generation.py"):
         text = (ROOT / "srpo_agents" / name).read_text().lower()
         assert "route" not in text and "router" not in text, name
 
