@@ -12,9 +12,13 @@
 
 Every ``TrainConfig`` field is a ``train`` flag, and so is every option of the tiny model
 (``srpo_agents.tiny.TinyConfig``, a group of their own in ``--help``; ``--model tiny``
-only). ``train --quick`` is a preset for trying things out (``QUICK``: 2 steps of small
-groups and short answers, on the default model unless ``--model`` is typed; with ``--model
-tiny``, also ``QUICK_TINY``'s short warm start); flags given with it override its values.
+only). ``train --config run.yaml`` (or ``.json``) reads a run file: the same names as keys
+(a run's own ``config.json`` is one), under the flags typed on the command line
+(``srpo train --config runs/x/config.json --seed 1`` repeats run x with seed 1).
+``train --quick`` is a preset for trying things out (``QUICK``: 2 steps of small groups
+and short answers, on the default model unless ``--model`` is typed; with ``--model
+tiny``, also ``QUICK_TINY``'s short warm start); a run file's values and typed flags
+override its values.
 
 ``eval`` and ``rollout`` take a run directory (its ``policy/``, or its ``policy-<role>/``
 folders after ``--per-role-policies``), a saved model folder or a Hugging Face model
@@ -169,10 +173,70 @@ def _typed(args: argparse.Namespace) -> set[str] | None:
     return getattr(args, "typed_flags", None)
 
 
-def apply_quick(args: argparse.Namespace) -> list[str]:
-    """Set the ``QUICK`` values (and ``QUICK_TINY``'s with ``--model tiny``) the command
-    line did not type; returns those set."""
+RUN_DIR_ONLY = ("out", "resume")
+"""Keys of a run's own ``config.json`` that a new run does not take from it: it writes
+its own folder (``--out`` to choose one) and starts afresh (``--resume`` to continue)."""
+
+
+def read_run_file(path: str | Path) -> dict:
+    """The settings of a run file (JSON, or YAML by its suffix): ``TrainConfig`` field
+    names, ``model_options``, and the model source's options by their flag names. An
+    unknown key is an error that names it and the closest valid one. In a run folder's
+    own ``config.json`` the keys of ``RUN_DIR_ONLY`` are left out (and it says so)."""
+    import difflib
+
+    from srpo_agents.models.sources import PLUGINS, model_source
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--config {path}: no such file")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            values = yaml.safe_load(text)
+        else:
+            values = json.loads(text)
+    except Exception as err:  # noqa: BLE001 (a parser's own error type, whichever it is)
+        raise ValueError(f"--config {path}: not valid {path.suffix.lstrip('.') or 'JSON'} "
+                         f"({err})") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"--config {path}: expected a mapping of settings, got "
+                         f"{type(values).__name__}")
+    valid = {f.name for f in dataclasses.fields(TrainConfig)}
+    valid |= {f.name for name in PLUGINS for f in dataclasses.fields(model_source(name).options)}
+    for key in values:
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), sorted(valid), n=1)
+            raise ValueError(f"--config {path}: unknown setting {key!r}"
+                             + (f"; did you mean {close[0]!r}?" if close else ""))
+    if (path.parent / "metrics.jsonl").exists() or (path.parent / "checkpoints").is_dir():
+        left = [k for k in RUN_DIR_ONLY if k in values]
+        for key in left:
+            values.pop(key)
+        if left:
+            print(f"--config {path}: a run folder's own config; not taken from it: "
+                  f"{', '.join(left)}", file=sys.stderr)
+    return values
+
+
+def apply_run_file(args: argparse.Namespace, values: dict) -> None:
+    """Set the run file's values on ``args`` where no flag was typed (the model source's
+    options come from its ``model_options`` or from flat keys)."""
     typed = _typed(args) or set()
+    values = dict(values)
+    options = values.pop("model_options", None) or {}
+    for key, value in {**options, **values}.items():
+        if key not in typed:
+            setattr(args, key, list(value) if isinstance(value, tuple) else value)
+    args.file_keys = set(values) | set(options)
+
+
+def apply_quick(args: argparse.Namespace) -> list[str]:
+    """Set the ``QUICK`` values (and ``QUICK_TINY``'s with ``--model tiny``) that neither
+    the command line nor the run file set; returns those set."""
+    typed = (_typed(args) or set()) | getattr(args, "file_keys", set())
     preset = {**QUICK, **(QUICK_TINY if args.model == "tiny" else {})}
     applied = [name for name in preset if name not in typed]
     for name in applied:
@@ -183,11 +247,13 @@ def apply_quick(args: argparse.Namespace) -> list[str]:
 def cmd_train(args: argparse.Namespace) -> int:
     from srpo_agents.running.train import train
 
+    if args.config:
+        apply_run_file(args, read_run_file(args.config))
     if args.quick:
         applied = apply_quick(args)
         preset = set(QUICK) | (set(QUICK_TINY) if args.model == "tiny" else set())
         typed = sorted(preset - set(applied))
-        whose = ("typed" if "model" in (_typed(args) or set())
+        whose = ("typed" if "model" in (_typed(args) or set()) | getattr(args, "file_keys", set())
                  else "the default; --model tiny for the test-scale model")
         print(f"--quick: model {args.model} ({whose}); "
               + ", ".join(f"{n}={getattr(args, n)}" for n in applied)
@@ -402,6 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train a team with SRPO or a baseline")
+    train.add_argument("--config", default="",
+                       help="a run file (YAML or JSON) of settings by their names (a run's "
+                            "own config.json is one); flags typed here override it")
     train.add_argument("--quick", action="store_true",
                        help="a preset for trying things out, under a minute on 2 CPU "
                             "cores: " + ", ".join(f"{n}={v}" for n, v in QUICK.items())

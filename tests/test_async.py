@@ -217,6 +217,10 @@ def test_a_run_with_the_rollouts_in_their_own_process(tmp_path_factory, roles):
     assert [r["generated_with_version"] for r in rows] == [0, 0, 1]
     assert [r["staleness_hist"] for r in rows] == [[rows[0]["units"]], [0, rows[1]["units"]],
                                                    [0, rows[2]["units"]]]
+    # the log's line per step, and the run file that repeats the run
+    assert "step 3/3: reward" in done.stdout + done.stderr
+    recorded = json.loads((root / roles / "config.json").read_text())
+    assert recorded["max_staleness"] == 1 and recorded["out"] == str(root / roles)
     for row in rows:
         assert row["sets_dropped_stale"] == 0 and row["updates"] >= 1
         assert {"mismatch_kl", "behaviour_weight_mean", "overlap_seconds",

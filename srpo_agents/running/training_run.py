@@ -61,6 +61,17 @@ from srpo_agents.running.step import (
 from srpo_agents.running.verdicts import task_difference
 
 
+def step_line(row: dict[str, Any], steps: int, elapsed: float, done: int) -> str:
+    """The log's line for one step: its reward, accuracy, KL, clip fraction and seconds,
+    and the time left at this invocation's pace so far (``done`` steps in ``elapsed``)."""
+    left = int(round(elapsed / max(done, 1) * (steps - row["step"] - 1)))
+    hours, rest = divmod(left, 3600)
+    eta = (f"{hours}h" if hours else "") + f"{rest // 60:02d}m{rest % 60:02d}s"
+    return (f"step {row['step'] + 1}/{steps}: reward {row['reward']:.3f}, accuracy "
+            f"{row['accuracy']:.3f}, kl {row.get('approx_kl', 0.0):.4f}, clip "
+            f"{row.get('clip_fraction', 0.0):.3f}, {row['seconds']:.1f} s; ETA {eta}")
+
+
 def _quiet(*_: Any) -> None:
     """The log of data-parallel ranks other than 0."""
 
@@ -109,6 +120,7 @@ class TrainingRun:
     next_submit: int = 0
     update_intervals: list = dataclasses.field(default_factory=list)
     resumed_samplers: dict | None = None
+    loop_started: float = 0.0             # when this invocation's first step began
 
     @property
     def metrics_path(self) -> Path:
@@ -130,6 +142,8 @@ class TrainingRun:
                 log = _quiet
         run_dir = Path(config.out)
         run_dir.mkdir(parents=True, exist_ok=True)
+        # the run file of this run: ``srpo train --config <out>/config.json`` repeats it
+        write_json_atomic(run_dir / "config.json", config.to_dict())
         started = time.monotonic()
         random.seed(config.sampling_seed)
         np.random.seed(config.sampling_seed)
@@ -225,6 +239,7 @@ class TrainingRun:
         return result
 
     def progress(self):
+        self.loop_started = time.monotonic()
         return tqdm(range(self.start_step, self.config.steps), initial=self.start_step,
                     total=self.config.steps, desc="srpo train", disable=None)
 
@@ -343,6 +358,9 @@ class TrainingRun:
         append_json_line(self.metrics_path, row)
         if self.board is not None:
             self.board.row(row)
+        line = step_line(row, self.config.steps, time.monotonic() - self.loop_started,
+                         row["step"] + 1 - self.start_step)
+        (bar.write if not bar.disable else self.log)(line)
         bar.set_postfix(acc=f"{row['accuracy']:.2f}", upd=self.updates_total,
                         mixed=f"{row['mixed_group_fraction']:.2f}",
                         ent=f"{row.get('entropy', 0.0):.2f}",
