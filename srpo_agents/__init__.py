@@ -34,7 +34,7 @@ MOVED = {
     "checkpoint": "running.checkpoint", "evaluate": "running.evaluate", "step": "running.step",
     "training_run": "running.training_run", "train": "running.train",
     "metrics_log": "running.metrics_log", "plots": "running.plots",
-    "tensorboard_log": "running.tensorboard_log", "demo": "running.demo",
+    "tensorboard_log": "running.trackers", "demo": "running.demo",
     "benchmark_sets": "running.benchmark_sets", "search_recipe": "running.search_recipe",
     "routing_stats": "running.routing_stats", "verdicts": "running.verdicts",
 }

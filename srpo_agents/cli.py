@@ -60,7 +60,8 @@ tasks and steps on batches of 16 (a batch of 64 long search prompts is several s
 step). Measured: 10 s on Math, 12 s on Countdown, 37 s on Search (2 busy CPU cores)."""
 
 NOT_INHERITED = frozenset({"model", "out", "resume", "device", "dtype", "backend",
-                           "data_parallel", "rollout_workers", "ray_address", "tensorboard"})
+                           "data_parallel", "rollout_workers", "ray_address", "tensorboard",
+                           "report_to"})
 """Recorded settings that ``eval`` and ``rollout`` do not take from a run directory: the
 weights come from its policy folder, and the rest say where and on what hardware the run
 went, not which episodes it played (a run trained with vLLM on a GPU is evaluated on the
@@ -90,7 +91,8 @@ def field_docs(config_type=TrainConfig) -> dict[str, str]:
     return docs
 
 
-LIST_FIELDS = ("difficulty", "warmstart_first_roles", "warmstart_focus_roles", "lora_targets")
+LIST_FIELDS = ("difficulty", "warmstart_first_roles", "warmstart_focus_roles", "lora_targets",
+               "report_to")
 
 
 def add_config_flags(parser, skip: set[str], config_type=TrainConfig) -> None:
@@ -113,16 +115,21 @@ def add_config_flags(parser, skip: set[str], config_type=TrainConfig) -> None:
         # "%" would be read as a format directive by argparse
         help_text = field_docs(config_type).get(field.name, "").replace("%", "%%")
         if kind is bool:
-            parser.add_argument(flag, action="store_true", default=default, help=help_text)
+            parser.add_argument(flag, action="store_true", default=default,
+                                help=f"{help_text} (default: {'on' if default else 'off'})")
         elif field.name in LIST_FIELDS:
+            shown = " ".join(map(str, default)) or "none"
             parser.add_argument(flag, type=int if field.name == "difficulty" else str,
-                                nargs="+", default=list(default), help=help_text)
+                                nargs="+", default=list(default),
+                                help=f"{help_text} (default: {shown})")
         elif field.name == "extra_env_kwargs":
-            parser.add_argument(flag, type=json.loads, default=default, help=help_text)
+            parser.add_argument(flag, type=json.loads, default=default,
+                                help=f"{help_text} (default: {json.dumps(default)})")
         else:
             base = {int: int, float: float}.get(kind, str)
+            shown = "%(default)s" if default != "" else '""'
             parser.add_argument(flag, type=base, default=default,
-                                help=f"{help_text} (default: %(default)s)".lstrip())
+                                help=f"{help_text} (default: {shown})".lstrip())
 
 
 def config_from_args(args: argparse.Namespace, **overrides) -> TrainConfig:
@@ -506,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
                "max_grad_norm", "save_every", "eval_every", "dynamic_sampling", "group_size",
                "tasks_per_step", "algo", "microbatch_rows", "advantage", "adv_eps",
                "per_role_policies", "per_role_adapters", "lora_rank", "lora_alpha",
-               "lora_targets", "rollout_workers", "ray_address", "tensorboard",
+               "lora_targets", "rollout_workers", "ray_address", "tensorboard", "report_to",
                "curve_tasks", "data_parallel", "dataset"}
     # eval reads the test split: the training file (--dataset) plays no part there
     add_config_flags(ev, skip=ev_skip)

@@ -340,9 +340,12 @@ class RunConfig:
     run-to-run noise of training (0: the seed's own draws)."""
     out: str = ""
     """Run directory (default runs/<env>-<workflow>-<algo>-s<seed>)."""
+    report_to: tuple[str, ...] = ()
+    """Trackers that get the config and every metrics.jsonl number: any of tensorboard
+    (<out>/tensorboard), trackio (local) and wandb (offline without a login), or none;
+    each an optional extra (srpo_agents.running.trackers)."""
     tensorboard: bool = False
-    """Also log every metrics.jsonl number to TensorBoard in <out>/tensorboard (needs the
-    tensorboard package)."""
+    """The same as --report-to tensorboard (kept for runs recorded before --report-to)."""
     save_every: int = 10
     """Checkpoint every N steps (atomically; the last step is always saved)."""
     resume: bool = False
@@ -351,6 +354,17 @@ class RunConfig:
     def check_run(self) -> None:
         for name in ("seed", "rollout_seed", "save_every"):
             _int(self, name, 0)
+        names = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)
+        known = ("tensorboard", "trackio", "wandb")
+        for name in names:
+            if name not in (*known, "none"):
+                raise ValueError(f"report_to={name!r}: expected any of {known}, or 'none'")
+        if "none" in names and len(names) > 1:
+            raise ValueError(f"report_to={names!r}: 'none' goes alone")
+        names = [n for n in names if n != "none"]
+        if self.tensorboard and "tensorboard" not in names:
+            names.append("tensorboard")
+        self.report_to = tuple(dict.fromkeys(names))
 
 
 SECTIONS = (EnvConfig, ModelConfig, AlgorithmConfig, RolloutConfig, LearnerConfig, EvalConfig,

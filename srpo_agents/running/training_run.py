@@ -215,10 +215,11 @@ class TrainingRun:
         if self.start_step:
             rows = read_metrics_rows(self.metrics_path)
             self.updates_total = rows[-1].get("updates_total", 0) if rows else 0
-        if config.tensorboard:
-            from srpo_agents.running.tensorboard_log import TensorBoardLog
+        if config.report_to:
+            from srpo_agents.running.trackers import Trackers
 
-            self.board = TensorBoardLog(self.run_dir / "tensorboard")
+            self.board = Trackers(config.report_to, self.run_dir, config.to_dict(),
+                                  resume=bool(self.start_step), log=log)
             if not self.start_step:
                 self.board.evaluation("before", self.before, 0)
 
