@@ -94,3 +94,52 @@ def test_limits_are_answered_with_a_status_and_a_message(local, payload, raw, st
                          max_body_bytes=2048) as server:
         got, body = _post(server.url, payload, raw)
     assert got == status and fragment in body["detail"]
+
+
+def test_concurrent_requests_share_searches_and_each_gets_its_own(local):
+    """Sixteen clients at once: the server joins waiting requests into one search call
+    (fewer calls than requests), and every request gets exactly its own passages."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    class Slow:  # a search long enough that requests queue behind it
+        def __init__(self):
+            self.calls = []
+            self.lock = threading.Lock()
+
+        def search(self, queries, k):
+            with self.lock:
+                self.calls.append(list(queries))
+            time.sleep(0.02)
+            return local.search(queries, k)
+
+    slow = Slow()
+    queries = [f"capital of {c}" for c in ("France", "Germany", "Norway")] * 16
+    with RetrievalServer(slow) as server:
+        remote = make_retriever(server.url, timeout=10)
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda q: remote.search([q], 1)[0], queries))
+    assert answers == [local.search([q], 1)[0] for q in queries]
+    assert len(slow.calls) < len(queries) and max(map(len, slow.calls)) > 1
+
+
+def test_a_failing_joint_search_fails_only_the_request_that_fails_alone(local):
+    import asyncio
+
+    from srpo_envs.retrieval.server import SearchBatcher
+
+    class Picky:
+        def search(self, queries, k):
+            if "bad" in queries:
+                raise ValueError("cannot search 'bad'")
+            return local.search(queries, k)
+
+    async def three():
+        batcher = SearchBatcher(Picky())
+        return await asyncio.gather(batcher.search(["Paris"], 1), batcher.search(["bad"], 1),
+                                    batcher.search(["Oslo"], 1), return_exceptions=True)
+
+    paris, bad, oslo = asyncio.run(three())
+    assert paris == local.search(["Paris"], 1) and oslo == local.search(["Oslo"], 1)
+    assert isinstance(bad, ValueError)

@@ -16,8 +16,9 @@ without ``/retrieve``.
 Failure handling, so an env step can never hang on the network:
 
 - Each attempt has a hard deadline of ``timeout`` seconds (default 10) for the whole
-  exchange: the request runs in a daemon thread that we stop waiting for. Socket
-  timeouts alone would not bound DNS lookups or a server that trickles bytes.
+  exchange: the request runs in a daemon thread (reused between requests) that we stop
+  waiting for. Socket timeouts alone would not bound DNS lookups or a server that
+  trickles bytes.
 - Connection errors, timeouts, HTTP 429 and 5xx are retried ``retries`` times (default
   2) after ``backoff * 2**i`` seconds (0.25 s, 0.5 s). Other HTTP errors and malformed
   answers are not retried: asking again would get the same answer.
@@ -25,8 +26,15 @@ Failure handling, so an env step can never hang on the network:
   ``(retries + 1) * timeout`` plus the backoff sleeps.
 - Responses are capped (``max_response_bytes``, 64 MiB by default) so a broken server
   cannot exhaust memory; a larger one is an error, not retried. The server's
-  order is kept; lists longer than ``k`` are cut to ``k``. Only stdlib ``urllib``;
-  proxies come from the usual environment variables, as for any urllib client.
+  order is kept; lists longer than ``k`` are cut to ``k``.
+
+Connections are kept alive and reused (a pool per retriever), so a search costs one
+request, not a TCP connection and a request: measured, it halves the time of a small
+request on loopback. A pooled connection is returned only after a whole exchange; one
+that the server closed while idle is replaced at once (that is not an attempt). Only
+the standard library; when the environment names a proxy for the URL (``HTTP_PROXY``,
+``NO_PROXY``...), each request goes through ``urllib``'s proxy handling instead, one
+connection per request.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import queue
 import threading
 import time
 import urllib.error
@@ -51,6 +60,53 @@ _SHOWN_BODY_CHARS = 200
 
 class _Fatal(Exception):
     """A failure that a retry would only repeat."""
+
+
+class _Retryable(OSError):
+    """HTTP 429 or 5xx: the server may answer next time."""
+
+
+class _DaemonWorkers:
+    """Daemon threads that run requests and are reused: a thread started per request
+    costs more than a small request on loopback. The caller stops waiting at its
+    deadline; a thread stuck on a dead server then finishes with its socket timeout,
+    and never blocks the interpreter's exit. A new thread starts when none is idle."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.idle = 0
+        self.lock = threading.Lock()
+
+    def run(self, work, timeout: float) -> Any:
+        outcome: dict[str, Any] = {}
+        finished = threading.Event()
+        with self.lock:
+            start = self.idle == 0
+            self.idle -= 0 if start else 1
+        if start:
+            threading.Thread(target=self._loop, name="srpo-retrieval-request",
+                             daemon=True).start()
+        self.jobs.put((work, outcome, finished))
+        if not finished.wait(timeout):
+            raise TimeoutError(f"no complete response within {timeout:g} s")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
+
+    def _loop(self) -> None:
+        while True:
+            work, outcome, finished = self.jobs.get()
+            try:
+                outcome["value"] = work()
+            except BaseException as exc:  # handed to the caller's thread
+                outcome["error"] = exc
+            finally:
+                finished.set()
+                with self.lock:
+                    self.idle += 1
+
+
+_WORKERS = _DaemonWorkers()
 
 
 def normalize_url(url: str) -> str:
@@ -83,6 +139,14 @@ class RemoteRetriever:
         self.timeout = float(timeout)
         self.retries = int(retries)
         self.backoff = float(backoff)
+        parts = urllib.parse.urlsplit(self.url)
+        self._target = (parts.scheme, parts.hostname, parts.port,
+                        parts.path + (f"?{parts.query}" if parts.query else ""))
+        proxies = urllib.request.getproxies()
+        self._direct = parts.scheme not in proxies or bool(
+            urllib.request.proxy_bypass(parts.hostname))
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         queries, k = check_search_args(queries, k)
@@ -116,42 +180,76 @@ class RemoteRetriever:
 
     def _attempt(self, body: bytes) -> bytes:
         deadline = time.monotonic() + self.timeout
-        outcome: dict[str, Any] = {}
-        finished = threading.Event()
-
-        def work() -> None:
-            try:
-                outcome["body"] = self._fetch(body, deadline)
-            except BaseException as exc:  # handed to the caller's thread below
-                outcome["error"] = exc
-            finally:
-                finished.set()
-
-        threading.Thread(target=work, name="srpo-retrieval-request", daemon=True).start()
-        if not finished.wait(self.timeout):
-            raise TimeoutError(f"no complete response within {self.timeout:g} s")
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["body"]
+        return _WORKERS.run(lambda: self._fetch(body, deadline), self.timeout)
 
     def _fetch(self, body: bytes, deadline: float) -> bytes:
+        if not self._direct:
+            return self._fetch_via_urllib(body, deadline)
+        connection, reused = self._connection()
+        try:
+            try:
+                response = self._send(connection, body)
+            except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine):
+                if not reused:
+                    raise
+                # the server closed the idle connection: a fresh one, same attempt
+                connection.close()
+                connection, reused = self._connection(fresh=True)
+                response = self._send(connection, body)
+            if response.status == 429 or response.status >= 500:
+                raise _Retryable(f"HTTP {response.status} {response.reason}")
+            if response.status >= 400:
+                detail = response.read(_SHOWN_BODY_CHARS).decode("utf-8", "replace")
+                raise _Fatal(f"HTTP {response.status} {response.reason}: {detail!r}")
+            data = self._read(response, deadline)
+        except BaseException:
+            connection.close()
+            raise
+        if response.will_close:
+            connection.close()
+        else:
+            with self._lock:
+                self._idle.append(connection)
+        return data
+
+    def _connection(self, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
+        if not fresh:
+            with self._lock:
+                if self._idle:
+                    return self._idle.pop(), True
+        scheme, host, port, _ = self._target
+        kind = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+        return kind(host, port, timeout=self.timeout), False
+
+    def _send(self, connection: http.client.HTTPConnection, body: bytes
+              ) -> http.client.HTTPResponse:
+        connection.request("POST", self._target[3], body=body,
+                           headers={"Content-Type": "application/json",
+                                    "Accept": "application/json"})
+        return connection.getresponse()
+
+    def _read(self, response, deadline: float) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        # read1 returns whatever one socket read gives, so the deadline is checked often
+        # even when the server sends a byte at a time.
+        while chunk := response.read1(1 << 16):
+            size += len(chunk)
+            if size > self.max_response_bytes:
+                raise _Fatal(f"response larger than {self.max_response_bytes} bytes")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"response not complete within {self.timeout:g} s")
+            chunks.append(chunk)
+        response.close()  # read to its end: the connection may carry the next request
+        return b"".join(chunks)
+
+    def _fetch_via_urllib(self, body: bytes, deadline: float) -> bytes:
         request = urllib.request.Request(
             self.url, data=body, method="POST",
             headers={"Content-Type": "application/json", "Accept": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                chunks: list[bytes] = []
-                size = 0
-                # read1 returns whatever one socket read gives, so the deadline is checked
-                # often even when the server sends a byte at a time.
-                while chunk := response.read1(1 << 16):
-                    size += len(chunk)
-                    if size > self.max_response_bytes:
-                        raise _Fatal(f"response larger than {self.max_response_bytes} bytes")
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"response not complete within {self.timeout:g} s")
-                    chunks.append(chunk)
-                return b"".join(chunks)
+                return self._read(response, deadline)
         except urllib.error.HTTPError as exc:
             if exc.code == 429 or exc.code >= 500:
                 raise

@@ -25,15 +25,21 @@ client asking for no passages has a bug.) The server binds to 127.0.0.1 unless t
 otherwise, and logs one line per request (method, path, status, queries, milliseconds)
 to the ``srpo.retrieval.server`` logger.
 
-One retriever (index) serves every request. Searches run in a thread pool, and the
-backends' ``search`` is read-only, so concurrent requests are safe.
+One retriever (index) serves every request. Concurrent requests are searched together
+(``SearchBatcher``: one ``search`` call for the queries of every request waiting, in a
+worker thread), and each gets its own results; the backends' ``search`` is read-only.
+Responses are encoded with ``json`` directly, and the logging is in the handler rather
+than an HTTP middleware: both cost more per request than a BM25 search
+(``benchmarks/results/retrieval_server_qps.md``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -44,9 +50,18 @@ from srpo_envs.retrieval.base import Passage, Retriever
 try:  # at module level: FastAPI resolves the handlers' (string) annotations here
     from fastapi import FastAPI, Request
     from fastapi.concurrency import run_in_threadpool
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
 except ImportError:  # the server extra is optional; build_app says how to install it
     FastAPI = None
+
+try:  # in the server extra; the standard library's json is the fallback
+    import orjson
+
+    def _encode(value: Any) -> bytes:
+        return orjson.dumps(value)
+except ImportError:
+    def _encode(value: Any) -> bytes:
+        return json.dumps(value).encode()
 
 LOG = logging.getLogger("srpo.retrieval.server")
 _INSTALL_HINT = "pip install 'srpo[server]' (FastAPI and uvicorn)"
@@ -98,6 +113,54 @@ def _document(passage: Passage) -> dict[str, Any]:
             "contents": f'"{passage.title}"\n{passage.text}'}
 
 
+class SearchBatcher:
+    """Concurrent requests' queries in one ``search`` call: while a search runs (in a
+    worker thread), the requests that arrive wait, and then go together, one call per
+    ``topk``. Each request gets its own results back, in its order; if a joint call
+    fails, each request of it is searched alone, so only a request that fails on its own
+    gets the error. Runs on the server's event loop (no locks needed)."""
+
+    def __init__(self, retriever: Retriever):
+        self.retriever = retriever
+        self.pending: list[tuple[list[str], int, asyncio.Future]] = []
+        self.running = False
+        self.calls = 0  # search calls made, for tests and the log
+
+    async def search(self, queries: list[str], k: int) -> list[list[Passage]]:
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append((queries, k, future))
+        if not self.running:
+            self.running = True
+            asyncio.get_running_loop().create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self.pending:
+                batch, self.pending = self.pending, []
+                for k in dict.fromkeys(item[1] for item in batch):
+                    await self._run([item for item in batch if item[1] == k], k)
+        finally:
+            self.running = False
+
+    async def _run(self, items: list, k: int) -> None:
+        joined = [q for queries, _, _ in items for q in queries]
+        try:
+            self.calls += 1
+            results = await run_in_threadpool(self.retriever.search, joined, k)
+        except Exception:
+            if len(items) == 1:
+                items[0][2].set_exception(sys.exc_info()[1])
+                return
+            for item in items:
+                await self._run([item], k)
+            return
+        start = 0
+        for queries, _, future in items:
+            future.set_result(results[start:start + len(queries)])
+            start += len(queries)
+
+
 def build_app(retriever: Retriever, *, backend: str = "custom", passages: int | None = None,
               max_queries: int = 1024, max_query_chars: int = 4096, max_topk: int = 100,
               max_body_bytes: int = 4 << 20, default_topk: int = 3):
@@ -111,59 +174,65 @@ def build_app(retriever: Retriever, *, backend: str = "custom", passages: int | 
                          f"(max_topk)")
 
     app = FastAPI(title="srpo retrieval server", docs_url=None, redoc_url=None)
+    batcher = SearchBatcher(retriever)
+    app.state.batcher = batcher
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse(status_code=status, content={"detail": message})
 
-    @app.middleware("http")
-    async def log_requests(request: Request, call_next):
+    async def retrieve(request: Request):
+        # The logging and the size check live here, not in an HTTP middleware: Starlette's
+        # middleware wraps every request in extra tasks and streams, which cost more than
+        # a BM25 search of a 100k-passage corpus.
         start = time.monotonic()
-        request.state.queries = 0
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
-            response = error(413, f"request body over {max_body_bytes} bytes")
-        else:
-            response = await call_next(request)
+        response, queries = await answer(request)
         LOG.info("%s %s %d queries=%d %.1fms", request.method, request.url.path,
-                 response.status_code, request.state.queries,
-                 1000 * (time.monotonic() - start))
+                 response.status_code, queries, 1000 * (time.monotonic() - start))
         return response
 
-    async def retrieve(request: Request):
+    async def answer(request: Request) -> tuple[Response, int]:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
+            return error(413, f"request body over {max_body_bytes} bytes"), 0
         body = await request.body()
         if len(body) > max_body_bytes:  # a chunked body has no content-length to check
-            return error(413, f"request body over {max_body_bytes} bytes")
+            return error(413, f"request body over {max_body_bytes} bytes"), 0
         try:
             payload = json.loads(body)
         except ValueError as err:
-            return error(422, f"body is not JSON: {err}")
+            return error(422, f"body is not JSON: {err}"), 0
         if not isinstance(payload, dict):
-            return error(422, "body must be a JSON object with 'queries'")
+            return error(422, "body must be a JSON object with 'queries'"), 0
         queries = payload.get("queries")
         if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
-            return error(422, "'queries' must be a list of strings")
+            return error(422, "'queries' must be a list of strings"), 0
         if len(queries) > max_queries:
-            return error(422, f"{len(queries)} queries; at most {max_queries} per request")
+            return error(422, f"{len(queries)} queries; at most {max_queries} per request"), 0
         if any(len(q) > max_query_chars for q in queries):
-            return error(422, f"a query is longer than {max_query_chars} characters")
+            return error(422, f"a query is longer than {max_query_chars} characters"), 0
         topk = _topk(payload.get("topk"), default_topk, max_topk)
         if isinstance(topk, str):
-            return error(422, topk)
+            return error(422, topk), 0
         # a truthiness test would read the string "false" as true
         return_scores = payload.get("return_scores", False)
         if not isinstance(return_scores, bool):
-            return error(422, f"'return_scores'={_show(return_scores)}: expected true or false")
-        request.state.queries = len(queries)
-        results = await run_in_threadpool(retriever.search, queries, topk)
+            return error(422, f"'return_scores'={_show(return_scores)}: expected true or "
+                              f"false"), 0
+        results = await batcher.search(queries, topk)
         if return_scores:
             result = [[{"document": _document(p), "score": p.score} for p in hits]
                       for hits in results]
         else:
             result = [[_document(p) for p in hits] for hits in results]
-        return {"result": result}
+        # encoded here: FastAPI's encoder walks every nested value of a returned dict,
+        # which costs more than the search
+        return Response(_encode({"result": result}), media_type="application/json"), \
+            len(queries)
 
-    app.post("/retrieve")(retrieve)
-    app.post("/batch_retrieve")(retrieve)
+    # plain Starlette routes: the handler reads the request itself, so FastAPI's
+    # per-request dependency resolution has nothing to do and is skipped
+    app.router.add_route("/retrieve", retrieve, methods=["POST"])
+    app.router.add_route("/batch_retrieve", retrieve, methods=["POST"])
 
     @app.get("/health")
     async def health():
