@@ -398,18 +398,13 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
             self.out = f"runs/{self.env}-{self.workflow}-{self.algo}-s{self.seed}"
         # The env's own config checks every argument the run will build it with (levels,
         # agent counts, routes, prompts, extra_env_kwargs), here and not at step 1.
-        flags = {spec.agents_argument: "--n-agents", spec.turns_argument: "--max-turns",
-                 spec.levels_argument: "--difficulty"}
         for split in ("train", "validation", "test"):
             try:
                 spec.check_kwargs(env_kwargs(self, split))
             except registry.EnvArgumentError:
                 raise  # names the env and the EnvSpec field already
             except (ValueError, TypeError) as err:
-                hints = [f"{arg} takes {flag}" for arg, flag in flags.items()
-                         if arg and str(err).startswith(f"{arg}=")]
-                raise ValueError(f"{self.env} ({split} env): {err}"
-                                 + (f" ({'; '.join(hints)})" if hints else "")) from None
+                raise spec.explain(err, split) from None
 
     def _check_together(self) -> None:
         """What one section cannot check alone."""

@@ -124,7 +124,9 @@ class EnvSpec:
 
     def make(self, **kwargs: Any) -> Any:
         """A fresh PettingZoo parallel env. An argument the constructor does not take is
-        an ``EnvArgumentError`` that names it and the spec field or flag it came from."""
+        an ``EnvArgumentError`` that names it and the spec field or flag it came from; a
+        value it refuses is a ``ValueError`` that names this env and the flag
+        (``explain``)."""
         constructor = _resolve(self.entry_point, f"{self.name}.entry_point")
         try:
             return constructor(**kwargs)
@@ -133,6 +135,25 @@ class EnvSpec:
             if isinstance(err, EnvArgumentError) or not match or match["argument"] not in kwargs:
                 raise
             raise self.argument_error(f"{match['function']}()", match["argument"]) from err
+        except ValueError as err:
+            if isinstance(err, EnvArgumentError) or str(err).startswith(self.name):
+                raise
+            raise self.explain(err) from err
+
+    def flag_for(self, argument: str | None) -> str | None:
+        """The ``srpo train`` flag that sets constructor argument ``argument``, if any."""
+        flags = {self.agents_argument: "--n-agents", self.turns_argument: "--max-turns",
+                 self.levels_argument: "--difficulty"}
+        return flags.get(argument) if argument else None
+
+    def explain(self, err: Exception, split: str | None = None) -> ValueError:
+        """``err`` (a refused argument value, "name=value: ...") with this env's id, the
+        split's env and the flag that set the argument in front of it."""
+        match = re.match(r"\s*(\w+)=", str(err))
+        argument = match[1] if match else None
+        flag = self.flag_for(argument)
+        where = self.name + (f" ({split} env)" if split else "")
+        return ValueError(f"{where}: {err}" + (f" ({argument} takes {flag})" if flag else ""))
 
     def argument_error(self, function: str, argument: str) -> EnvArgumentError:
         """The error for a constructor ``function`` that takes no ``argument``: which

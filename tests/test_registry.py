@@ -263,3 +263,29 @@ def test_every_flag_of_every_command_has_help():
             if action.option_strings and action.dest != "help":
                 assert action.help and len(action.help) > 12, (name, action.dest)
         sub.format_help()  # every help string formats (no stray "%")
+
+
+def test_a_value_the_constructor_refuses_names_the_env_and_the_flag():
+    """A plug-in without a config class refuses a value when it is built: the error
+    names the env and the ``srpo train`` flag that set the argument."""
+    from srpo_envs.registry import EnvSpec
+
+    def make(n_proposers=2, seed=None, **kwargs):
+        if not 1 <= n_proposers <= 8:
+            raise ValueError(f"n_proposers={n_proposers!r}: expected an int in 1..8")
+        raise AssertionError("not reached")
+
+    spec = EnvSpec(name="Plug-v0", entry_point=make, workflows=("team",),
+                   agents_argument="n_proposers")
+    with pytest.raises(ValueError, match=r"^Plug-v0: n_proposers=20: expected an int in "
+                                         r"1\.\.8 \(n_proposers takes --n-agents\)$"):
+        spec.make(n_proposers=20)
+
+
+def test_srpo_envs_describe_lists_workflows_roles_flags_and_arguments(capsys):
+    assert main(["envs", "--describe", "SRPO-Countdown-v0"]) == 0
+    out = capsys.readouterr().out
+    assert "parallel: solver, aggregator" in out
+    assert "--n-agents -> n_proposers (default 3)" in out and "--difficulty -> levels" in out
+    assert "    levels = (0,)" in out and "    n_proposers = 3" in out
+    assert main(["envs", "--describe", "SRPO-Countdwn-v0"]) == 2  # names the closest id
