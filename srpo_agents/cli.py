@@ -122,9 +122,12 @@ def add_config_flags(parser, skip: set[str], config_type=TrainConfig) -> None:
             parser.add_argument(flag, type=int if field.name == "difficulty" else str,
                                 nargs="+", default=list(default),
                                 help=f"{help_text} (default: {shown})")
-        elif field.name == "extra_env_kwargs":
+        elif field.name in ("extra_env_kwargs", "role_sampling"):
             parser.add_argument(flag, type=json.loads, default=default,
                                 help=f"{help_text} (default: {json.dumps(default)})")
+        elif kind == float | None:
+            parser.add_argument(flag, type=float, default=default,
+                                help=f"{help_text} (default: unset)")
         else:
             base = {int: int, float: float}.get(kind, str)
             shown = "%(default)s" if default != "" else '""'

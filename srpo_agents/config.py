@@ -34,6 +34,33 @@ def _positive(config, name: str) -> None:
         raise ValueError(f"{name}={value!r}: expected a finite number > 0")
 
 
+SAMPLING_KEYS = ("temperature", "top_p", "max_new_tokens", "stop")
+
+
+def check_role_sampling(value: Any) -> None:
+    """``role_sampling``: {role: {key: value}} with keys of ``SAMPLING_KEYS``."""
+    if not isinstance(value, dict):
+        raise ValueError(f"role_sampling={value!r}: expected a JSON object of roles")
+    for role, setting in value.items():
+        where = f"role_sampling[{role!r}]"
+        if not isinstance(setting, dict) or set(setting) - set(SAMPLING_KEYS):
+            raise ValueError(f"{where}={setting!r}: expected an object with keys among "
+                             f"{SAMPLING_KEYS}")
+        temperature, top_p = setting.get("temperature", 1.0), setting.get("top_p", 1.0)
+        if not isinstance(temperature, int | float) or not 0 < temperature < math.inf:
+            raise ValueError(f"{where}['temperature']={temperature!r}: expected a number > 0")
+        if not isinstance(top_p, int | float) or not 0 < top_p <= 1:
+            raise ValueError(f"{where}['top_p']={top_p!r}: expected a number in (0, 1]")
+        tokens = setting.get("max_new_tokens", 1)
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
+            raise ValueError(f"{where}['max_new_tokens']={tokens!r}: expected an int >= 1")
+        stop = setting.get("stop", [])
+        if not isinstance(stop, list | tuple) or not all(isinstance(s, str) and s
+                                                         for s in stop):
+            raise ValueError(f"{where}['stop']={stop!r}: expected a list of non-empty "
+                             f"strings")
+
+
 # Each section is one group of ``srpo train --help``: a field is declared once, in its
 # section, with its docstring (the flag's help) and its check (the section's ``check_*``).
 
@@ -205,11 +232,17 @@ class RolloutConfig:
     ray_address: str = ""
     """Join this Ray cluster (host:port of `ray start --head`) instead of starting a local
     Ray instance; only with --rollout-workers."""
+    role_sampling: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per-role sampling, a JSON object by role, e.g. '{"verifier": {"temperature": 0.7,
+    "top_p": 0.9, "max_new_tokens": 16, "stop": ["</answer>"]}}'; a role's unset keys
+    take the run's (--temperature, top_p 1, --max-new-tokens, no stop strings). The
+    learner scores each row at its own role's temperature."""
 
     def check_rollout(self) -> None:
         if self.backend not in ("hf", "vllm"):
             raise ValueError(f"backend={self.backend!r}: expected 'hf' or 'vllm'")
         _int(self, "max_new_tokens", 1)
+        check_role_sampling(self.role_sampling)
         _int(self, "rollout_workers", 0)
         if self.ray_address and not self.rollout_workers:
             raise ValueError(f"ray_address={self.ray_address!r} needs rollout_workers >= 1")
@@ -319,12 +352,20 @@ class EvalConfig:
     """Tasks of the evaluations during training (the first distinct ones of the
     validation split; 0: ``eval_tasks``). The test split is read only by the evaluations
     before and after training."""
+    eval_temperature: float | None = None
+    """Sampling temperature of every role in the held-out evaluations (0: greedy);
+    unset: the rollouts' (each role's own with --role-sampling)."""
 
     def check_eval(self) -> None:
         for name in ("eval_tasks", "eval_k"):
             _int(self, name, 1)
         for name in ("eval_every", "curve_tasks"):
             _int(self, name, 0)
+        value = self.eval_temperature
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)
+                                  or not 0 <= value < math.inf):
+            raise ValueError(f"eval_temperature={value!r}: expected a number >= 0 "
+                             f"(0: greedy), or unset")
 
 
 @dataclass
@@ -408,6 +449,12 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
 
     def _check_together(self) -> None:
         """What one section cannot check alone."""
+        if self.role_sampling:
+            roles = registry.get(self.env).roles(self.workflow)
+            unknown = sorted(set(self.role_sampling) - set(roles))
+            if unknown:
+                raise ValueError(f"role_sampling: role {unknown[0]!r} is not a role of "
+                                 f"{self.env} {self.workflow}; its roles: {roles}")
         if self.data_parallel and (self.rollout_workers or self.per_role_policies):
             raise ValueError("data_parallel works with one shared policy and in-process "
                              "rollouts (not rollout_workers or per_role_policies)")

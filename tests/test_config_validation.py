@@ -89,8 +89,9 @@ def test_cli_flags_of_eval_and_rollout_are_checked(tmp_path, capsys):
 def test_a_config_json_from_before_the_sections_still_loads():
     """``config_before_sections.json``: a run's recorded config as the flat TrainConfig
     of before the sections wrote it. It loads unchanged: every value reads back, and the
-    only new keys are the learner's weight decay, the asynchronous settings and the
-    trackers, each at its default (no decay, synchronous, no tracker)."""
+    only new keys are the learner's weight decay, the asynchronous settings, the trackers
+    and the per-role and evaluation sampling, each at its default (no decay,
+    synchronous, no tracker, the run's sampling everywhere)."""
     import json
     from pathlib import Path
 
@@ -100,7 +101,8 @@ def test_a_config_json_from_before_the_sections_still_loads():
     loaded = json.loads(json.dumps(TrainConfig(**recorded).to_dict()))
     assert {k: loaded[k] for k in recorded} == recorded
     new = {"weight_decay": 0.0, "max_staleness": 0, "proximal": "recompute",
-           "behaviour_correction": "truncate", "behaviour_cap": 3.0, "report_to": []}
+           "behaviour_correction": "truncate", "behaviour_cap": 3.0, "report_to": [],
+           "role_sampling": {}, "eval_temperature": None}
     assert {k: loaded[k] for k in set(loaded) - set(recorded)} == new
     # each field is declared in exactly one section
     names = [f.name for section in SECTIONS for f in dataclasses.fields(section)]

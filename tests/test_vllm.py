@@ -87,6 +87,31 @@ def test_behaviour_logprobs_match_the_learner(policy, temperature):
     assert max(gaps) < LOGPROB_TOLERANCE, f"max |vLLM - learner| = {max(gaps):.2e}"
 
 
+def test_two_temperatures_and_a_stop_string_in_one_vllm_batch(policy):
+    """Per-role sampling on vLLM: rows at 0.6 and 1.4 in one call, each row's log-probs
+    against the learner's at its own temperature; a stop string ends its rows with the
+    string kept, as the hf backend does."""
+    from srpo_agents.rollout.generation import Sampling
+
+    engine = RolloutEngine(policy, backend="vllm", max_new_tokens=3, seed=0)
+    prompts = [policy.prompt_ids("solver", p) for p in PROMPTS] * 8
+    settings = [Sampling(0.6 if i % 2 else 1.4, max_new_tokens=3)
+                for i in range(len(prompts))]
+    outputs = engine.generate(prompts, settings)
+    samples = _samples(policy, outputs, prompts)
+    for s, setting in zip(samples, settings, strict=True):
+        s.temperature = setting.temperature
+    recomputed = _learner_logprobs(policy, samples, 1.0)
+    gaps = [abs(a - b) for s, row in zip(samples, recomputed, strict=True)
+            for a, b in zip(s.logprobs, row, strict=True)]
+    assert max(gaps) < LOGPROB_TOLERANCE, f"max |vLLM - learner| = {max(gaps):.2e}"
+    stopped = engine.generate(prompts, [Sampling(1.0, max_new_tokens=3, stop=(" ",))]
+                              * len(prompts))
+    for ids, _, finished in stopped:
+        if " " in policy.decode(ids):
+            assert finished and policy.decode(ids).endswith(" ")
+
+
 def _vllm_sequence_logprobs(engine, ids: list[int], start: int) -> list[float]:
     """vLLM's log-probs of ``ids[start:]`` given what precedes each (prompt log-probs)."""
     from vllm.inputs import TokensPrompt

@@ -120,7 +120,7 @@ class Learner:
             prompt_roles = [key[1] for key in distinct] if adapters else None
             logits = self._shared_prompt_logits(model, [key[0] for key in distinct], source,
                                                 samples, prompt_roles, roles)
-        logp_all = torch.log_softmax(logits.float() / self.config.temperature, dim=-1)
+        logp_all = torch.log_softmax(logits.float() / self._temperatures(samples), dim=-1)
         targets = _pad([s.response_ids for s in samples], self.policy.pad_token_id,
                        torch.long).to(self.device)
         mask = _pad([[1.0] * len(s.response_ids) for s in samples], 0.0,
@@ -131,6 +131,15 @@ class Learner:
             with torch.no_grad():
                 entropy = -(logp_all.exp() * logp_all).sum(dim=-1) * mask
         return logp, mask, entropy
+
+    def _temperatures(self, samples: list[Sample]) -> float | torch.Tensor:
+        """What each row's logits are divided by: the temperature it was sampled at
+        (per role with ``role_sampling``), else the learner's. One number when the rows
+        share it, so the usual run computes exactly as before."""
+        temperatures = [s.temperature or self.config.temperature for s in samples]
+        if all(t == self.config.temperature for t in temperatures):
+            return self.config.temperature
+        return torch.tensor(temperatures, device=self.device).view(-1, 1, 1)
 
     def _rows(self, roles: list[str] | None) -> dict:
         return self.policy.row_kwargs(roles) if roles is not None else {}

@@ -30,6 +30,8 @@ Deliberate choices:
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +41,7 @@ import torch
 
 from srpo_agents import faults
 from srpo_agents.models.policy import Policy
-from srpo_agents.rollout.generation import BACKENDS, GenerationOutput
+from srpo_agents.rollout.generation import BACKENDS, GenerationOutput, Sampling
 from srpo_envs import Transition
 
 if TYPE_CHECKING:
@@ -65,6 +67,10 @@ class Sample:
     """``policy.decode(response_ids)``: the text sent to the env (``None`` was sent instead
     when ``finished`` is False under ``drop_unfinished``)."""
     policy_version: int
+    temperature: float | None = None
+    """The temperature it was sampled at (its role's own, with ``role_sampling``), which
+    the learner divides its logits by; None (rollouts from before it was recorded): the
+    learner's temperature."""
 
 
 @dataclass
@@ -115,12 +121,18 @@ class RolloutEngine:
         role_policies: optional per-role policies; a role listed here is played by its
             own policy (own generator, own weights), every other role by ``policy``.
             Each policy's agents are still batched across all episodes.
+        role_sampling: optional per-role ``Sampling`` (temperature, top_p,
+            max_new_tokens, stop strings); other roles use the arguments above.
+        eval_temperature: the temperature of every role inside ``evaluating()`` (the
+            held-out evaluations); None: each role's own.
     """
 
     def __init__(self, policy: Policy, *, max_new_tokens: int = 64, temperature: float = 1.0,
                  top_p: float = 1.0, max_batch: int = 256, drop_unfinished: bool = False,
                  backend: str = "hf", seed: int = 0,
-                 role_policies: Mapping[str, Policy] | None = None):
+                 role_policies: Mapping[str, Policy] | None = None,
+                 role_sampling: Mapping[str, Sampling] | None = None,
+                 eval_temperature: float | None = None):
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens!r}: expected >= 1")
         if temperature < 0:
@@ -135,6 +147,10 @@ class RolloutEngine:
         self.drop_unfinished = drop_unfinished
         self.policy_version = 0
         self.role_policies = dict(role_policies or {})
+        self.default_sampling = Sampling(temperature, top_p, max_new_tokens)
+        self.role_sampling = dict(role_sampling or {})
+        self.eval_temperature = eval_temperature
+        self._evaluating = False
 
         def backend_for(p: Policy, offset: int):
             return BACKENDS[backend](p, max_new_tokens=max_new_tokens, temperature=temperature,
@@ -164,11 +180,15 @@ class RolloutEngine:
                 generator.sync_weights(self.role_policies[role].model)
             self._synced_version = self.policy_version
 
-    def generate(self, prompts: list[list[int]]) -> list[GenerationOutput]:
+    def generate(self, prompts: list[list[int]], sampling: list[Sampling] | None = None
+                 ) -> list[GenerationOutput]:
         """Sample one response per prompt from the shared policy:
-        ``(response_ids, logprobs, finished)`` each."""
+        ``(response_ids, logprobs, finished)`` each (``sampling``: each prompt's settings,
+        default the engine's)."""
         self._sync()
-        return self._generator.generate(prompts)
+        if sampling is None:
+            return self._generator.generate(prompts)
+        return self._generator.generate(prompts, sampling=sampling)
 
     def _prompt_ids(self, roles: list[str], texts: list[str]) -> list[list[int]]:
         """Prompt ids of ``texts``, one tokenizer call per role; in the callers' order."""
@@ -182,19 +202,44 @@ class RolloutEngine:
                 ids[i] = row
         return ids
 
+    def sampling_for(self, role: str) -> Sampling:
+        """A role's sampling settings now (its own, or the run's; inside ``evaluating()``
+        with ``eval_temperature``, at that temperature)."""
+        setting = self.role_sampling.get(role, self.default_sampling)
+        if self._evaluating and self.eval_temperature is not None:
+            setting = dataclasses.replace(setting, temperature=self.eval_temperature)
+        return setting
+
+    @contextlib.contextmanager
+    def evaluating(self):
+        """Held-out evaluation: every role samples at ``eval_temperature`` (when set)."""
+        self._evaluating = True
+        try:
+            yield self
+        finally:
+            self._evaluating = False
+
     def _generate_by_role(self, roles: list[str], prompts: list[list[int]]) -> list[GenerationOutput]:
         """One batched call per policy; results in the callers' order. A policy with
-        role adapters takes every role in one call (each row under its role's adapter)."""
+        role adapters takes every role in one call (each row under its role's adapter).
+        Rows whose role has its own sampling settings carry them (``sampling``)."""
         self._sync()
+        settings = [self.sampling_for(role) for role in roles]
+        sampling = None if all(s == self.default_sampling for s in settings) else settings
         if self.policy.adapter_roles:
-            return self._generator.generate(prompts, roles)
+            return self._generator.generate(prompts, roles, sampling=sampling)
         groups: dict[str | None, list[int]] = {}
         for i, role in enumerate(roles):
             groups.setdefault(role if role in self._role_generators else None, []).append(i)
         outputs: list[GenerationOutput | None] = [None] * len(prompts)
         for key, indices in groups.items():
-            generate = self.generate if key is None else self._role_generators[key].generate
-            for i, out in zip(indices, generate([prompts[i] for i in indices]), strict=True):
+            rows = None if sampling is None else [sampling[i] for i in indices]
+            mine = [prompts[i] for i in indices]
+            if key is not None:
+                results = self._role_generators[key].generate(mine, sampling=rows)
+            else:
+                results = self.generate(mine) if rows is None else self.generate(mine, rows)
+            for i, out in zip(indices, results, strict=True):
                 outputs[i] = out
         return outputs  # type: ignore[return-value]
 
@@ -236,7 +281,9 @@ class RolloutEngine:
                     episode_id=transition.episode_id, step_index=transition.step_index,
                     agent_id=agent, role=envs[i].roles[agent], prompt_ids=prompt,
                     response_ids=ids, logprobs=logprobs, finished=finished, text=text,
-                    policy_version=version)
+                    policy_version=version,
+                    # greedy (0) records the untempered softmax's log-probs: temperature 1
+                    temperature=self.sampling_for(envs[i].roles[agent]).temperature or 1.0)
         rollouts = []
         for env, episode_samples in zip(envs, samples, strict=True):
             transitions = list(env.transitions)
@@ -257,4 +304,16 @@ def engine_for(config: TrainConfig, policy: Policy,
                          temperature=config.temperature, backend=config.backend,
                          seed=config.sampling_seed + seed_offset,
                          role_policies=role_policies or {},
-                         drop_unfinished=config.drop_unfinished)
+                         drop_unfinished=config.drop_unfinished,
+                         role_sampling=role_sampling(config),
+                         eval_temperature=config.eval_temperature)
+
+
+def role_sampling(config: TrainConfig) -> dict[str, Sampling]:
+    """``config.role_sampling`` as ``Sampling``s: a role's unset keys take the run's
+    temperature, top_p 1, max_new_tokens and no stop strings."""
+    return {role: Sampling(temperature=float(s.get("temperature", config.temperature)),
+                           top_p=float(s.get("top_p", 1.0)),
+                           max_new_tokens=int(s.get("max_new_tokens", config.max_new_tokens)),
+                           stop=tuple(s.get("stop", ())))
+            for role, s in config.role_sampling.items()}

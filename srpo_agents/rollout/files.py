@@ -4,7 +4,7 @@ One row per ``Transition``, in episode order::
 
     {"transition": Transition.to_dict(),
      "samples": {agent_id: {"role", "prompt_ids", "response_ids", "logprobs",
-                            "finished", "text", "policy_version"}}}
+                            "finished", "text", "policy_version", "temperature"}}}
 
 ``transition.consumed`` is the event's active set (the outputs it took in); ``samples``
 holds the token ids and behaviour log-probs behind each of them (and behind a due agent
@@ -23,7 +23,8 @@ from srpo_agents.rollout.engine import Rollout, Sample
 from srpo_envs import Transition
 
 _SAMPLE_FIELDS = ("role", "prompt_ids", "response_ids", "logprobs", "finished", "text",
-                  "policy_version")
+                  "policy_version", "temperature")
+_OPTIONAL_FIELDS = ("temperature",)  # absent from files written before it was recorded
 
 
 def rollout_rows(rollout: Rollout) -> Iterable[dict]:
@@ -61,7 +62,8 @@ def rollouts_from_rows(rows: Iterable[tuple[dict, str]]) -> list[Rollout]:
             transition = Transition.from_dict(row["transition"])
             samples = {agent: Sample(episode_id=transition.episode_id,
                                      step_index=transition.step_index, agent_id=agent,
-                                     **{name: fields[name] for name in _SAMPLE_FIELDS})
+                                     **{name: fields[name] for name in _SAMPLE_FIELDS
+                                        if name in fields or name not in _OPTIONAL_FIELDS})
                        for agent, fields in row["samples"].items()}
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{where}: not a rollout row ({err!r})") from None

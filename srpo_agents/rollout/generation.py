@@ -42,6 +42,7 @@ import inspect
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -50,7 +51,32 @@ from srpo_agents.models.policy import Policy
 
 GenerationOutput = tuple[list[int], list[float], bool]
 """(response_ids, logprobs, finished): the sampled ids (ending with the EOS id when
-finished), one behaviour log-prob per id, and whether EOS was sampled before the limit."""
+finished), one behaviour log-prob per id, and whether EOS (or a stop string) came before
+the limit."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How one row is sampled: a role's own settings (``--role-sampling``) or the run's.
+    ``stop``: strings that end a response at the first token whose decoded text holds one;
+    the stop string stays in the response (its tokens were sampled, and their log-probs
+    are recorded like any other)."""
+
+    temperature: float
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+    stop: tuple[str, ...] = ()
+
+
+def _groups(sampling: Sequence[Sampling] | None, n: int, default: Sampling
+            ) -> list[tuple[Sampling, list[int]]]:
+    """Row indices by their sampling settings, in first-appearance order."""
+    if sampling is None:
+        return [(default, list(range(n)))]
+    groups: dict[Sampling, list[int]] = {}
+    for i, setting in enumerate(sampling):
+        groups.setdefault(setting, []).append(i)
+    return list(groups.items())
 
 
 def cache_kwarg(model) -> str:
@@ -97,9 +123,7 @@ class HFGenerator:
     def __init__(self, policy: Policy, *, max_new_tokens: int, temperature: float,
                  top_p: float, max_batch: int, seed: int):
         self.policy = policy
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.top_p = top_p
+        self.default = Sampling(temperature, top_p, max_new_tokens)
         self.max_batch = max_batch
         self.generator = torch.Generator(device=policy.model.device).manual_seed(seed)
         self._cache_kwarg = cache_kwarg(policy.model)
@@ -107,35 +131,39 @@ class HFGenerator:
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Nothing to do: this backend samples from the learner's own module."""
 
-    def generate(self, prompts: Sequence[list[int]], roles: Sequence[str] | None = None
-                 ) -> list[GenerationOutput]:
+    def generate(self, prompts: Sequence[list[int]], roles: Sequence[str] | None = None,
+                 sampling: Sequence[Sampling] | None = None) -> list[GenerationOutput]:
         """One response per prompt. ``roles``: each prompt's role, which picks its LoRA
         adapter when the policy has one per role (``Policy.adapter_roles``); one batch
-        may mix roles."""
+        may mix roles. ``sampling``: each prompt's settings (default: the generator's);
+        rows of one setting are sampled together, the settings one after another."""
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token to condition on")
         if self.policy.adapter_roles and (roles is None or len(roles) != len(prompts)):
             raise ValueError("a policy with role adapters needs one role per prompt")
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[GenerationOutput | None] = [None] * len(prompts)
         model = self.policy.model
         was_training = model.training
         model.eval()
         try:
             with torch.inference_mode():
-                for start in range(0, len(order), self.max_batch):
-                    chunk = order[start:start + self.max_batch]
-                    outputs = self._generate_batch(
-                        [prompts[i] for i in chunk],
-                        [roles[i] for i in chunk] if self.policy.adapter_roles else None)
-                    for i, output in zip(chunk, outputs, strict=True):
-                        results[i] = output
+                for setting, rows in _groups(sampling, len(prompts), self.default):
+                    order = sorted(rows, key=lambda i: len(prompts[i]))
+                    for start in range(0, len(order), self.max_batch):
+                        chunk = order[start:start + self.max_batch]
+                        outputs = self._generate_batch(
+                            [prompts[i] for i in chunk],
+                            [roles[i] for i in chunk] if self.policy.adapter_roles else None,
+                            setting)
+                        for i, output in zip(chunk, outputs, strict=True):
+                            results[i] = output
         finally:
             model.train(was_training)
         return results
 
-    def _generate_batch(self, prompts: list[list[int]], roles: list[str] | None = None
-                        ) -> list[GenerationOutput]:
+    def _generate_batch(self, prompts: list[list[int]], roles: list[str] | None = None,
+                        setting: Sampling | None = None) -> list[GenerationOutput]:
+        setting = setting or self.default
         device = self.policy.model.device
         # Identical prompts (the K solvers of one event, the G rollouts of one task) are
         # prefilled once; their cache rows are copied out to every sample afterwards.
@@ -156,7 +184,7 @@ class HFGenerator:
         positions = (attention.cumsum(dim=-1) - 1).clamp(min=0)
         eos = torch.tensor(sorted(self.policy.eos_token_ids), device=device)
 
-        cache = self._new_cache(width + self.max_new_tokens)
+        cache = self._new_cache(width + setting.max_new_tokens)
         logits = self._prefill(input_ids, attention, positions, cache, names)   # (u, V)
         if len(distinct) < len(prompts):
             expand = torch.tensor(source, device=device)
@@ -167,11 +195,17 @@ class HFGenerator:
         live = torch.ones(len(prompts), dtype=torch.bool, device=device)   # (b,)
         next_position = positions[:, -1] + 1                # (b,)
         steps = []                                          # per step: (rows, ids, logprobs)
-        for step in range(self.max_new_tokens):
-            ids, logprobs = sample_next(logits, self.temperature, self.top_p, self.generator)
+        stopped: set[int] = set()                           # caller rows ended by a stop string
+        tails: dict[int, list[int]] = {}
+        for step in range(setting.max_new_tokens):
+            ids, logprobs = sample_next(logits, setting.temperature, setting.top_p,
+                                        self.generator)
             steps.append((rows[live], ids[live], logprobs[live]))
-            live &= ~torch.isin(ids, eos)
-            remaining = self.max_new_tokens - 1 - step
+            ended = torch.isin(ids, eos)
+            if setting.stop:
+                self._stop_strings(setting.stop, rows, ids, live, ended, tails, stopped)
+            live &= ~ended
+            remaining = setting.max_new_tokens - 1 - step
             n_live = int(live.sum())
             if remaining == 0 or n_live == 0:
                 break
@@ -188,7 +222,21 @@ class HFGenerator:
             logits = self._forward(ids[:, None], attention, next_position[:, None], cache,
                                    names)
             next_position = next_position + 1
-        return self._collect(steps, len(prompts))
+        return self._collect(steps, len(prompts), stopped)
+
+    def _stop_strings(self, stop: tuple[str, ...], rows, ids, live, ended, tails,
+                      stopped: set[int]) -> None:
+        """Mark in ``ended`` the live rows whose response now holds a stop string (each
+        row's last few tokens decoded: enough to hold the longest stop string)."""
+        window = max(map(len, stop)) + 2
+        for j in live.nonzero().flatten().tolist():
+            row = int(rows[j])
+            tail = tails.setdefault(row, [])
+            tail.append(int(ids[j]))
+            text = self.policy.tokenizer.decode(tail[-window:], skip_special_tokens=False)
+            if any(s in text for s in stop):
+                ended[j] = True
+                stopped.add(row)
 
     def _prefill(self, input_ids, attention, positions, cache, names=None) -> torch.Tensor:
         """Feed the (u, W) padded prompts in column chunks of about ``prefill_tokens``
@@ -202,7 +250,8 @@ class HFGenerator:
                                    positions[:, start:end], cache, names)
         return logits
 
-    def _collect(self, steps, batch: int) -> list[GenerationOutput]:
+    def _collect(self, steps, batch: int, stopped: set[int] = frozenset()
+                 ) -> list[GenerationOutput]:
         # One device-to-host copy for the whole batch instead of one per step.
         rows = torch.cat([s[0] for s in steps]).tolist()
         ids = torch.cat([s[1] for s in steps]).tolist()
@@ -213,7 +262,8 @@ class HFGenerator:
             responses[row].append(token)
             scores[row].append(logprob)
         eos = self.policy.eos_token_ids
-        return [(r, s, r[-1] in eos) for r, s in zip(responses, scores, strict=True)]
+        return [(r, s, r[-1] in eos or i in stopped)
+                for i, (r, s) in enumerate(zip(responses, scores, strict=True))]
 
     def _new_cache(self, capacity: int):
         from transformers import DynamicCache
@@ -341,9 +391,23 @@ class VLLMGenerator:
         self.llm = vllm.LLM(model=model, tokenizer=model, dtype=dtype, seed=seed,
                             max_num_seqs=max_batch, logprobs_mode="processed_logprobs",
                             **lora, **_device_kwargs(policy))
-        self.params = vllm.SamplingParams(
-            n=1, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
-            logprobs=0, stop_token_ids=sorted(policy.eos_token_ids), detokenize=False)
+        self.default = Sampling(temperature, top_p, max_new_tokens)
+        self._params: dict[Sampling, object] = {}
+        self.params = self.params_for(self.default)
+
+    def params_for(self, setting: Sampling):
+        """vLLM's ``SamplingParams`` of a setting (made once each). Stop strings need the
+        text, so a setting with them detokenizes, and keeps the stop string in the output,
+        as ``HFGenerator`` does."""
+        if setting not in self._params:
+            vllm = import_vllm()
+            self._params[setting] = vllm.SamplingParams(
+                n=1, temperature=setting.temperature, top_p=setting.top_p,
+                max_tokens=setting.max_new_tokens, logprobs=0,
+                stop_token_ids=sorted(self.policy.eos_token_ids),
+                stop=list(setting.stop) or None, include_stop_str_in_output=True,
+                detokenize=bool(setting.stop))
+        return self._params[setting]
 
     def _write_adapters(self, reload: bool) -> None:
         """Save every role's adapter for the engine and make its LoRA requests (one id per
@@ -372,10 +436,11 @@ class VLLMGenerator:
             self.llm.apply_model(lambda vllm_model: vllm_model.load_weights(weights))
         self.llm.reset_prefix_cache()
 
-    def generate(self, prompts: Sequence[list[int]], roles: Sequence[str] | None = None
-                 ) -> list[GenerationOutput]:
+    def generate(self, prompts: Sequence[list[int]], roles: Sequence[str] | None = None,
+                 sampling: Sequence[Sampling] | None = None) -> list[GenerationOutput]:
         """One response per prompt; with role adapters each prompt carries its role's
-        LoRA request (vLLM's multi-LoRA batching: one batch, many adapters)."""
+        LoRA request (vLLM's multi-LoRA batching: one batch, many adapters).
+        ``sampling``: each prompt's settings (one batch, a ``SamplingParams`` each)."""
         from vllm.inputs import TokensPrompt
 
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
@@ -385,7 +450,9 @@ class VLLMGenerator:
                 raise ValueError("a policy with role adapters needs one role per prompt")
             self.policy.row_kwargs(roles)  # an unknown role: a clear error
             lora = [self._lora[role] for role in roles]
-        outputs = self.llm.generate(requests, self.params, use_tqdm=False, lora_request=lora)
+        params = (self.params if sampling is None
+                  else [self.params_for(setting) for setting in sampling])
+        outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=lora)
         if lora is not None and any(r.load_inplace for r in self._lora.values()):
             # loaded now: later calls reuse the engine's copy until the next sync
             self._lora = {role: _lora_replace(r, load_inplace=False)

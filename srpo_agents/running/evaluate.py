@@ -11,6 +11,7 @@ likewise for search queries. Where the env says whether the final answer was rea
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -78,13 +79,17 @@ def majority_at(votes: Sequence[str | None], size: int) -> float:
 def run_tasks(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int], k: int,
               tag: str = "eval") -> Iterator[tuple[int, int, Any, Any]]:
     """``(task, sample, env, rollout)`` for ``k`` episodes of each task, played on the
-    given env pool (reused in chunks of its size); ``env`` is the one that played it."""
+    given env pool (reused in chunks of its size); ``env`` is the one that played it.
+    They are held-out episodes: sampled at the engine's ``eval_temperature`` when set."""
     jobs = [(t, j) for t in task_indices for j in range(k)]
+    evaluating = getattr(engine, "evaluating", contextlib.nullcontext)
     for start in range(0, len(jobs), len(envs)):
         chunk = jobs[start:start + len(envs)]
         pool = envs[:len(chunk)]
         options = [{"task_index": t, "episode_id": f"{tag}-t{t}-k{j}"} for t, j in chunk]
-        for (t, j), env, rollout in zip(chunk, pool, engine.run(pool, options), strict=True):
+        with evaluating():
+            rollouts = engine.run(pool, options)
+        for (t, j), env, rollout in zip(chunk, pool, rollouts, strict=True):
             yield t, j, env, rollout
 
 
