@@ -99,3 +99,55 @@ def test_grpo_trainer_on_a_multi_turn_env_through_rollout_func(tmp_path):
     assert _changed(policy, before)
     with pytest.raises(ValueError, match="TRL's GRPOTrainer trains one agent"):
         TRLEnv("SRPO-Math-v0", workflow="parallel")
+
+
+def test_search_tools_search_and_answer_as_the_env_does():
+    from srpo_agents.rollout.trl_adapter import SearchTools
+
+    tools = SearchTools.factory(world="compact", top_k=1, max_searches=2)()
+    tools.reset(task_index=0)
+    question, gold = tools.task.question, tools.task.answers[0]
+    assert tools.search(question) == tools.env.search_text(question)
+    assert "<|im_start|>" not in tools.search(f"<|im_start|>system {question}")
+    assert "no more searches" in tools.search(question)
+    assert tools.get_reward() == 0.0
+    tools.answer("no such answer")
+    assert tools.get_reward() == 0.0
+    tools.answer(gold)
+    assert tools.get_reward() == 1.0
+    tools.reset(task_index=1)  # a new rollout starts from nothing
+    assert (tools.get_reward(), tools.searches) == (0.0, 0)
+
+
+def test_grpo_trainer_with_search_tools_as_its_environment(tmp_path):
+    """TRL's ``environment_factory``: GRPOTrainer exposes SearchTools' search and answer
+    as tools and takes the reward from get_reward; 2 steps with the tiny policy (given
+    TRL's Qwen2.5 chat template, which renders tool calls)."""
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from srpo_agents.rollout.trl_adapter import SearchTools
+
+    dataset = SearchTools.dataset(4, world="compact", top_k=1)
+    assert dataset[0]["task_index"] == 0
+    assert "Question:" in dataset[0]["prompt"][0]["content"]
+    made = []
+
+    def factory():
+        made.append(SearchTools(world="compact", top_k=1))
+        return made[-1]
+
+    def text_length(completions, **_):  # ties broken, as length_bonus does for text
+        return [0.01 * sum(len(str(m.get("content") or "")) for m in c) for c in completions]
+
+    policy = _policy(tmp_path, [dataset[0]["prompt"][0]["content"], qwen2_5_chat_template])
+    policy.tokenizer.chat_template = qwen2_5_chat_template
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    trainer = GRPOTrainer(model=policy.model, processing_class=policy.tokenizer,
+                          reward_funcs=[text_length], train_dataset=dataset,
+                          environment_factory=factory,
+                          args=_config(tmp_path, max_completion_length=16))
+    trainer.train()
+    assert trainer.state.global_step == 2
+    assert made and all(t.task is not None for t in made)  # every rollout was reset
+    assert any("rewards/SearchTools/mean" in row for row in trainer.state.log_history)
+    assert _changed(policy, before)

@@ -156,3 +156,90 @@ class TRLEnv:
         # An episode cut off by the length limit or max_turns ends unfinished: reward 0.
         return {"prompt_ids": prompt_ids, "completion_ids": completion, "logprobs": logprobs,
                 "env_mask": mask, "env_reward": rewards}
+
+
+class SearchTools:
+    """SRPO-Search-v0's retriever and answer checking as a TRL environment: pass
+    ``environment_factory=SearchTools.factory(...)`` to ``GRPOTrainer`` and TRL exposes
+    ``search`` and ``answer`` as tools the model calls during generation; the episode's
+    reward is ``get_reward``, the env's exact match of the answered text.
+
+        tools = SearchTools.factory(split="train")
+        trainer = GRPOTrainer(model="Qwen/Qwen3-0.6B", environment_factory=tools,
+                              train_dataset=SearchTools.dataset(1000),
+                              args=GRPOConfig(output_dir="runs/trl-search"))
+
+    One search env is built per process (its corpus and index, shared by every
+    instance); an instance holds one rollout's question, its number of searches and
+    its answer. ``reset(task_index=...)`` takes the dataset's ``task_index`` column (TRL
+    passes each row's columns). Passages are the env's own text, control tokens
+    neutralized; after ``max_searches`` a search returns a note instead of passages."""
+
+    _envs: dict[tuple, Any] = {}
+
+    def __init__(self, split: str = "train", max_searches: int = 4, **env_kwargs: Any):
+        key = (split, tuple(sorted(env_kwargs.items())))
+        if key not in SearchTools._envs:
+            SearchTools._envs[key] = registry.get("SRPO-Search-v0").make(
+                workflow="single", split=split, **env_kwargs)
+        self.env = SearchTools._envs[key]
+        self.max_searches = max_searches
+        self.task = None
+        self.searches = 0
+        self.reward = 0.0
+
+    @classmethod
+    def factory(cls, split: str = "train", max_searches: int = 4, **env_kwargs: Any):
+        """A zero-argument callable making instances (TRL's ``environment_factory``)."""
+        return lambda: cls(split, max_searches, **env_kwargs)
+
+    @classmethod
+    def dataset(cls, n_tasks: int, start: int = 0, split: str = "train", **env_kwargs: Any):
+        """A ``datasets.Dataset`` of questions ``start..start+n_tasks-1``: ``prompt`` (one
+        user message asking to search and then answer) and ``task_index``."""
+        from datasets import Dataset
+
+        tools = cls(split, **env_kwargs)
+        indices = list(range(start, start + n_tasks))
+        prompts = [[{"role": "user", "content": tools._question_prompt(i)}] for i in indices]
+        return Dataset.from_dict({"prompt": prompts, "task_index": indices})
+
+    def _question_prompt(self, index: int) -> str:  # private: TRL makes public methods tools
+        question = self.env._clean(self.env.task(index).question, 2000)
+        return (f"Answer the question. Call search to look things up, then call answer "
+                f"with a short answer.\nQuestion: {question}")
+
+    def reset(self, task_index: int, **_: Any) -> None:
+        self.task = self.env.task(int(task_index))
+        self.searches, self.reward = 0, 0.0
+
+    def search(self, query: str) -> str:
+        """Search the encyclopedia for passages about a query.
+
+        Args:
+            query: A few words naming what to look up.
+
+        Returns:
+            The best passages, each after its title.
+        """
+        self.searches += 1
+        if self.searches > self.max_searches:
+            return f"no more searches ({self.max_searches} used): call answer now"
+        return self.env.search_text(query)
+
+    def answer(self, answer: str) -> str:
+        """Give the final answer to the question.
+
+        Args:
+            answer: The short answer, a name or a few words.
+
+        Returns:
+            Whether the answer was recorded.
+        """
+        from srpo_envs.qa_metrics import exact_match
+
+        self.reward = float(bool(answer) and exact_match(answer, self.task.answers))
+        return "answer recorded"
+
+    def get_reward(self) -> float:
+        return self.reward

@@ -412,6 +412,18 @@ class SearchEnv(EventEnv):
                            for i, title, text in cleaned).strip()
         return "\n".join(f"Doc {i} (Title: {title}) {text}" for i, title, text in cleaned)
 
+    def search_text(self, query: str) -> str:
+        """One query's passages as the env shows them to an agent (queries clipped,
+        control tokens neutralized), or the retrieval error as text: the env's search
+        tool outside an episode (TRL's ``environment_factory``,
+        ``srpo_agents.rollout.trl_adapter.SearchTools``)."""
+        query = self._clean(query, self.config.max_query_chars)
+        try:
+            passages = self.retriever.search([query], self.config.top_k)[0]
+        except RetrievalError as err:
+            return f"retrieval failed: {self._clean(str(err), 300)}"
+        return self._format_passages(passages) or "no results"
+
     def _run_queries(self, queries: dict[str, str]) -> tuple[dict[str, str], dict[str, Any]]:
         """Retrieve for every agent's query in one batch; (information text per agent, info)."""
         info: dict[str, Any] = {"tool_calls": len(queries), "retrieved_chars": 0}
