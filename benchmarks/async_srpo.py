@@ -120,10 +120,14 @@ def report() -> None:
              "Setting: the demo's run (SRPO-Search-v0 search_answer_verify from its "
              "committed start, 50 steps of 16 questions x G = 8, lr 6e-5); held-out 500 "
              "test-split questions x k = 4. n1 and n4: max_staleness 1 and 4, pi_prox "
-             "recomputed, behaviour weight truncated at 3.", "",
+             "recomputed, behaviour weight truncated at 3. Staleness, mismatch KL (k3 of "
+             "KL(mu || pi_prox)), the truncated share and the overlap (seconds of a "
+             "step's batch generated during updates) are means over the run's steps. The "
+             "runs shared the 2 cores with tests and other work, so their wall times say "
+             "little; `async_speed_hf.md` measures speed alone.", "",
              "| run | seed | avg@4 before | avg@4 after | after - before | mean staleness "
-             "| mismatch KL (mean) | truncated share | wall time (min) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| mismatch KL (mean, max) | truncated share | overlap s/step | wall time (min) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run, rows in found.items():
         for row in sorted(rows, key=lambda r: r["seed"]):
             s, m = row["summary"], row["metrics"]
@@ -132,8 +136,10 @@ def report() -> None:
                 f"{s['after']['avg_at_k']:.3f} | {s['difference']['avg_at_k']:+.3f} ± "
                 f"{s['difference']['avg_at_k_stderr']:.3f} | "
                 f"{np.mean([r.get('staleness_mean', 0.0) for r in m]):.2f} | "
-                f"{np.mean([r.get('mismatch_kl', 0.0) for r in m]):.2e} | "
+                f"{np.mean([r.get('mismatch_kl', 0.0) for r in m]):.1e}, "
+                f"{max(r.get('mismatch_kl', 0.0) for r in m):.1e} | "
                 f"{np.mean([r.get('behaviour_truncated', 0.0) for r in m]):.3f} | "
+                f"{np.mean([r.get('overlap_seconds', 0.0) for r in m]):.1f} | "
                 f"{s['wall_time_s'] / 60:.1f} |")
     pairs = [("n1", "sync"), ("n4", "sync"), ("grpo_n4", "grpo"), ("n4", "grpo_n4")]
     verdicts = {}
