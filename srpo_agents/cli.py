@@ -118,16 +118,18 @@ def add_config_flags(parser, skip: set[str], config_type=TrainConfig) -> None:
             parser.add_argument(flag, action="store_true", default=default,
                                 help=f"{help_text} (default: {'on' if default else 'off'})")
         elif field.name in LIST_FIELDS:
-            shown = " ".join(map(str, default)) or "none"
+            shown = ("the env's own" if default is None
+                     else " ".join(map(str, default)) or "none")
             parser.add_argument(flag, type=int if field.name == "difficulty" else str,
-                                nargs="+", default=list(default),
+                                nargs="+", default=None if default is None else list(default),
                                 help=f"{help_text} (default: {shown})")
         elif field.name in ("extra_env_kwargs", "role_sampling"):
             parser.add_argument(flag, type=json.loads, default=default,
                                 help=f"{help_text} (default: {json.dumps(default)})")
-        elif kind == float | None:
-            parser.add_argument(flag, type=float, default=default,
-                                help=f"{help_text} (default: unset)")
+        elif kind in (float | None, int | None):
+            shown = "the env's own" if field.name in ("n_agents", "max_turns") else "unset"
+            parser.add_argument(flag, type=typing.get_args(kind)[0], default=default,
+                                help=f"{help_text} (default: {shown})")
         else:
             base = {int: int, float: float}.get(kind, str)
             shown = "%(default)s" if default != "" else '""'
@@ -474,10 +476,9 @@ def describe_env(spec) -> str:
     lines += [f"    {w}: {', '.join(spec.roles(w))}" for w in spec.workflows]
     flags = [(spec.agents_argument, "--n-agents"), (spec.turns_argument, "--max-turns"),
              (spec.levels_argument, "--difficulty")]
-    defaults = {"--n-agents": TrainConfig.n_agents, "--max-turns": TrainConfig.max_turns,
-                "--difficulty": " ".join(map(str, TrainConfig.difficulty))}
-    lines += ["", "srpo train flags it reads (always passed; untyped, their defaults): " + ", ".join(
-        f"{flag} -> {argument} (default {defaults[flag]})" for argument, flag in flags if argument)
+    lines += ["", "srpo train flags it reads (untyped, the env's own default): " + ", ".join(
+        f"{flag} -> {argument} (default {spec.default_for(argument)!r})"
+        for argument, flag in flags if argument)
         + ("; --retriever, --corpus, --cost-per-tool-call (it calls a tool)"
            if spec.tool_calls else "")]
     if spec.benchmarks:

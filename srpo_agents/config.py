@@ -74,12 +74,14 @@ class EnvConfig:
     workflow: str = "parallel"
     """The env's workflow (math: single, solve_verify, parallel, routed; search: single,
     parallel, search_answer_verify, routed; countdown: single, parallel)."""
-    n_agents: int = 3
-    """K of the parallel workflow (solvers or searchers); K_max of the routed one."""
-    max_turns: int = 3
-    """Search env: turns or rounds; math solve_verify: rounds."""
-    difficulty: tuple[int, ...] = (1,)
-    """Math generator levels for training and held-out evaluation."""
+    n_agents: int | None = None
+    """K of the parallel workflow (solvers or searchers); K_max of the routed one. Unset:
+    the env's own default (``srpo envs --describe ID``), recorded in the run's config."""
+    max_turns: int | None = None
+    """Search env: turns or rounds; math solve_verify: rounds. Unset: the env's own."""
+    difficulty: tuple[int, ...] | None = None
+    """Generator levels for training and held-out evaluation (math, Countdown). Unset:
+    the env's own."""
     cost_per_token: float = 0.0
     """Team cost per generated token (counted with the policy's tokenizer), subtracted
     from the reward at the last event; 0 turns it off (srpo_envs.routing)."""
@@ -101,6 +103,16 @@ class EnvConfig:
 
     def check_env(self, spec) -> None:
         spec.check_workflow(self.workflow)
+        # an unset count or level is the env's own default (3, 3 and level 1 where the env
+        # has none), so a plug-in keeps its defaults unless a flag is typed
+        for name, argument, fallback in (("n_agents", spec.agents_argument, 3),
+                                         ("max_turns", spec.turns_argument, 3),
+                                         ("difficulty", spec.levels_argument, (1,))):
+            if getattr(self, name) is None:
+                own = spec.default_for(argument)
+                setattr(self, name, fallback if own is None else own)
+        if isinstance(self.difficulty, int) and not isinstance(self.difficulty, bool):
+            self.difficulty = (self.difficulty,)
         for name in ("n_agents", "max_turns"):
             _int(self, name, 1)
         check_cost(self.cost_per_token, self.cost_per_tool_call, None)

@@ -22,6 +22,7 @@ Three ways in:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import inspect
@@ -139,6 +140,28 @@ class EnvSpec:
             if isinstance(err, EnvArgumentError) or str(err).startswith(self.name):
                 raise
             raise self.explain(err) from err
+
+    def default_for(self, argument: str | None) -> Any:
+        """The env's own default of constructor argument ``argument`` (from its
+        ``config_class`` when it has one, else the constructor's signature); None when it
+        has no such argument or no default."""
+        if not argument:
+            return None
+        source = _resolve(self.config_class or self.entry_point, f"{self.name}.config_class")
+        if dataclasses.is_dataclass(source):
+            for f in dataclasses.fields(source):
+                if f.name == argument:
+                    if f.default is not dataclasses.MISSING:
+                        return f.default
+                    if f.default_factory is not dataclasses.MISSING:
+                        return f.default_factory()
+            return None
+        try:
+            parameter = inspect.signature(source).parameters.get(argument)
+        except (TypeError, ValueError):
+            return None
+        return None if parameter is None or parameter.default is parameter.empty \
+            else parameter.default
 
     def flag_for(self, argument: str | None) -> str | None:
         """The ``srpo train`` flag that sets constructor argument ``argument``, if any."""

@@ -289,3 +289,21 @@ def test_srpo_envs_describe_lists_workflows_roles_flags_and_arguments(capsys):
     assert "--n-agents -> n_proposers (default 3)" in out and "--difficulty -> levels" in out
     assert "    levels = (0,)" in out and "    n_proposers = 3" in out
     assert main(["envs", "--describe", "SRPO-Countdwn-v0"]) == 2  # names the closest id
+
+
+def test_an_env_keeps_its_own_defaults_unless_a_flag_is_typed():
+    """Untyped, --n-agents, --max-turns and --difficulty take the env's own defaults
+    (Countdown: levels (0,); math: 2 rounds; search: 4 turns); typed, they win."""
+    args = ["train", "--env", "SRPO-Countdown-v0"]
+    from srpo_agents.cli import config_from_args, typed_flags
+
+    parsed = build_parser().parse_args(args)
+    parsed.typed_flags = typed_flags(args)
+    config = config_from_args(parsed)
+    assert (config.n_agents, config.difficulty) == (3, (0,))
+    assert TrainConfig(env="SRPO-Math-v0", workflow="solve_verify").max_turns == 2
+    assert TrainConfig(env="SRPO-Search-v0", workflow="single").max_turns == 4
+    typed = ["train", "--env", "SRPO-Countdown-v0", "--difficulty", "1", "--n-agents", "2"]
+    parsed = build_parser().parse_args(typed)
+    parsed.typed_flags = typed_flags(typed)
+    assert (config_from_args(parsed).difficulty, config_from_args(parsed).n_agents) == ((1,), 2)
