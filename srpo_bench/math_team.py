@@ -9,7 +9,10 @@ from __future__ import annotations
 from srpo_agents.config import TrainConfig
 from srpo_agents.tiny.config import tiny_run
 
-MATH_DEMO = dict(env="SRPO-Math-v0", workflow="parallel", n_agents=3, algo="srpo", model="tiny",
+# max_turns=3: the solve_verify rounds every run of these settings used (srpo train's
+# default until untyped flags took the env's own, 2 rounds for math)
+MATH_DEMO = dict(env="SRPO-Math-v0", workflow="parallel", n_agents=3, max_turns=3, algo="srpo",
+                 model="tiny",
                  steps=60, group_size=8, tasks_per_step=16, lr=3e-5, epochs=1,
                  minibatch_units=64, eps_high=0.28, difficulty=(0,), max_new_tokens=32,
                  eval_tasks=500, eval_k=8, eval_every=30, curve_tasks=100,

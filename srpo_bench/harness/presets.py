@@ -67,7 +67,8 @@ PRESETS: dict[str, dict[str, Any]] = {
               # Two epochs over each batch: the second is off-policy (ratio != 1), which
               # is where the set ratio and its clip act; with one on-policy step per batch
               # every ratio is 1 and only the weighting of the gradient differs.
-              "base": dict(model="tiny", steps=6, group_size=4, tasks_per_step=8,
+              # max_turns 3: the math solve_verify rounds its runs used
+              "base": dict(model="tiny", steps=6, group_size=4, tasks_per_step=8, max_turns=3,
                            eval_tasks=64, eval_k=4, max_new_tokens=32, difficulty=(0,),
                            lr=1e-4, epochs=2, warmstart_minutes=3.0),
               # A search episode costs the character-level policy 3-8x a math one (the
@@ -212,6 +213,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                         ("SRPO-Search-v0", "search_answer_verify")],
               "algos": ALL_ALGOS, "seeds": [0, 1, 2],
               "base": dict(model="Qwen/Qwen2.5-3B-Instruct", backend="vllm", device="cuda",
+                           max_turns=3,
                            steps=200, group_size=8, tasks_per_step=32, eval_tasks=200,
                            eval_k=16, max_new_tokens=1024, lr=1e-6),
               "overrides": {
