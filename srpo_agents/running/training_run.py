@@ -121,6 +121,7 @@ class TrainingRun:
     update_intervals: list = dataclasses.field(default_factory=list)
     resumed_samplers: dict | None = None
     loop_started: float = 0.0             # when this invocation's first step began
+    threads: int = 0                      # the learner's torch threads before async
 
     @property
     def metrics_path(self) -> Path:
@@ -317,6 +318,7 @@ class TrainingRun:
     def _start_producer(self) -> None:
         from srpo_agents.rollout.process import RolloutProcess, learner_threads
 
+        self.threads = torch.get_num_threads()
         torch.set_num_threads(learner_threads())  # the process takes one core
         self.producer = RolloutProcess(self.config, self.engine.policy,
                                        self.engine.role_policies, len(self.train_envs),
@@ -394,6 +396,7 @@ class TrainingRun:
         if self.producer is not None:
             self.producer.shutdown()
             self.producer = None
+            torch.set_num_threads(self.threads)  # the "after" evaluation has every core
         after = self._test("after")
         if self.board is not None:
             self.board.evaluation("after", after, config.steps)
