@@ -295,7 +295,8 @@ class LearnerConfig:
     rank r writes --out/rank-r."""
     max_staleness: int = 0
     """Asynchronous SRPO: the rollouts of step s + N are generated in a process of their
-    own (hf or vLLM backend) while step s updates, with the weights of N updates before;
+    own (hf or vLLM backend), or on the Ray workers (--rollout-workers), while step s
+    updates, with the weights of N updates before;
     a set whose oldest member is more than N versions old when used is dropped whole and
     counted. 0: synchronous (generate, then update)."""
     proximal: str = "recompute"
@@ -477,10 +478,6 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
         if self.rollout_workers and self.per_role_policies:
             raise ValueError("rollout_workers with per_role_policies is not supported: the "
                              "workers play one shared policy")
-        if self.max_staleness and self.rollout_workers:
-            raise ValueError(f"max_staleness={self.max_staleness} with rollout_workers: the "
-                             f"Ray workers play synchronously for now; asynchronous "
-                             f"rollouts run in one process of their own (rollout_workers=0)")
         if self.max_staleness and self.data_parallel:
             raise ValueError(f"max_staleness={self.max_staleness} with data_parallel: "
                              f"asynchronous rollouts need one learner process (use "

@@ -116,3 +116,19 @@ def test_workers_spread_over_a_two_node_cluster(tmp_path):
         ray.shutdown()
         cluster.shutdown()
         del os.environ["RAY_TMPDIR"]
+
+
+def test_async_rollouts_on_a_worker(local_ray, tmp_path):
+    """Asynchronous SRPO with the Ray workers as the rollout side: step s + 1's episodes
+    are played by the worker with version s's weights while step s updates."""
+    config = TrainConfig(**tiny_run(BASE, steps=3, warmstart_dir=str(tmp_path / "warm"),
+                                    out=str(tmp_path / "async"), rollout_workers=1,
+                                    max_staleness=1))
+    summary = train(config, log=lambda *_: None)
+    rows = [json.loads(line) for line in (tmp_path / "async" / "metrics.jsonl").read_text()
+            .splitlines()]
+    assert [r["generated_with_version"] for r in rows] == [0, 0, 1]
+    assert [r["staleness_hist"] for r in rows] == [[rows[0]["units"]], [0, rows[1]["units"]],
+                                                   [0, rows[2]["units"]]]
+    assert all(r["sets_dropped_stale"] == 0 and "mismatch_kl" in r for r in rows)
+    assert summary["after"]["tasks"] == 4

@@ -120,9 +120,15 @@ class RayRolloutEngine:
     def run(self, envs, options: list[dict]) -> list:
         """Play ``options`` (``envs`` is ignored: the workers own theirs). Episodes of a
         worker that fails are dropped whole and counted."""
+        return self.collect(self.submit(options))
+
+    def submit(self, options: list[dict]) -> tuple:
+        """Send ``options`` to the workers (whole tasks each) with the weights of
+        ``policy_version`` to those that have not seen them; returns what ``collect``
+        takes. Several submissions may be in flight (asynchronous SRPO): a worker plays
+        its calls in order."""
         from srpo_agents import faults
 
-        ray = self._ray
         tasks: dict[Any, list[dict]] = {}
         for option in options:
             tasks.setdefault(option.get("task_index"), []).append(option)
@@ -136,8 +142,14 @@ class RayRolloutEngine:
                 send = weights if self._seen[i] != self.policy_version else None
                 futures[i] = self.workers[i].run.remote(self.policy_version, faults.step,
                                                         send, share)
+                self._seen[i] = self.policy_version
+        return futures, shares, options, time.monotonic() + self.step_timeout
+
+    def collect(self, submitted: tuple) -> list:
+        """The episodes of one ``submit``, in its options' order."""
+        ray = self._ray
+        futures, shares, options, deadline = submitted
         rows_by_worker: dict[int, list[dict]] = {}
-        deadline = time.monotonic() + self.step_timeout
         for i, future in futures.items():
             try:
                 rows, seconds = ray.get(future, timeout=max(1.0, deadline - time.monotonic()))
@@ -146,7 +158,6 @@ class RayRolloutEngine:
                 self._replace(i)
                 self.lost_episodes += len(shares[i])
                 continue
-            self._seen[i] = self.policy_version
             rows_by_worker[i] = rows
             for key, value in seconds.items():
                 self.seconds[key] = self.seconds.get(key, 0.0) + value
@@ -176,3 +187,40 @@ def _cpu_copy(policy):
 
     model = copy.deepcopy(policy.model).to("cpu")
     return Policy(model=model, tokenizer=policy.tokenizer, name=policy.name)
+
+
+class RayProducer:
+    """The ``RolloutProcess`` interface (``submit``, ``collect``, ``in_flight``,
+    ``shutdown``) on Ray workers, for asynchronous SRPO with ``rollout_workers``: each
+    submission carries the weights of its version, and the workers play the
+    submissions in order. The workers' samplers are not in checkpoints (as in the
+    synchronous case), so a resumed run uses each saved batch once but does not
+    draw bit for bit what an uninterrupted one would."""
+
+    def __init__(self, engine: RayRolloutEngine):
+        from collections import deque
+
+        self.engine = engine
+        self.version = engine.policy_version
+        self.in_flight: deque[int] = deque()
+        self._submitted: deque[tuple] = deque()
+
+    def submit(self, step: int, options: list[dict], version: int, policies=None) -> None:
+        self.engine.policy_version = version
+        self._submitted.append((step, version, time.monotonic(), dict(self.engine.seconds),
+                                self.engine.submit(options)))
+        self.version = version
+        self.in_flight.append(step)
+
+    def collect(self):
+        from srpo_agents.rollout.process import Batch
+
+        step, version, start, spent, submitted = self._submitted.popleft()
+        self.in_flight.popleft()
+        rollouts = self.engine.collect(submitted)
+        rows = [row for rollout in rollouts for row in rollout_rows(rollout)]
+        seconds = {k: self.engine.seconds[k] - spent.get(k, 0.0) for k in self.engine.seconds}
+        return Batch(step, version, rows, seconds, (start, time.monotonic()), {})
+
+    def shutdown(self) -> None:
+        """The workers belong to the engine, which the run shuts down."""

@@ -122,6 +122,7 @@ class TrainingRun:
     resumed_samplers: dict | None = None
     loop_started: float = 0.0             # when this invocation's first step began
     threads: int = 0                      # the learner's torch threads before async
+    lost_counted: int = 0                 # Ray episodes lost, as far as reported
 
     @property
     def metrics_path(self) -> Path:
@@ -308,6 +309,10 @@ class TrainingRun:
         self.update_intervals = [*self.update_intervals[-config.max_staleness:],
                                  (start, time.monotonic())]
         self.engine.policy_version = version + 1
+        if self.rollout is not self.engine:  # lost since the last step's count
+            update.update(episodes_lost=self.rollout.lost_episodes - self.lost_counted,
+                          worker_restarts=self.rollout.worker_restarts)
+            self.lost_counted = self.rollout.lost_episodes
         first, last = batch.interval
         overlap = sum(max(0.0, min(last, b) - max(first, a)) for a, b in self.update_intervals)
         update.update({f"{k}_seconds": v for k, v in batch.seconds.items()},
@@ -319,10 +324,15 @@ class TrainingRun:
         from srpo_agents.rollout.process import RolloutProcess, learner_threads
 
         self.threads = torch.get_num_threads()
-        torch.set_num_threads(learner_threads())  # the process takes one core
-        self.producer = RolloutProcess(self.config, self.engine.policy,
-                                       self.engine.role_policies, len(self.train_envs),
-                                       self.engine.policy_version, self.resumed_samplers)
+        if self.rollout is not self.engine:  # the Ray workers play the batches
+            from srpo_agents.rollout.ray_engine import RayProducer
+
+            self.producer = RayProducer(self.rollout)
+        else:
+            torch.set_num_threads(learner_threads())  # the process takes one core
+            self.producer = RolloutProcess(self.config, self.engine.policy,
+                                           self.engine.role_policies, len(self.train_envs),
+                                           self.engine.policy_version, self.resumed_samplers)
         self.next_submit = max(self.next_submit, self.start_step + len(self.produced))
 
     def _drain(self) -> dict | None:
