@@ -13,8 +13,11 @@ also starts the rollout process) and where they went. ``--backend vllm`` needs t
 ``train``: the demo's whole run (50 steps, held-out 500 questions x k = 4) for each
 named run and seed, into ``runs/async-srpo/<run>-s<seed>``; a finished run is read back,
 an unfinished one resumes from its checkpoint (every 10 steps), so the matrix can span
-sessions. ``report`` writes ``results/async_srpo.md`` from what has finished, with the
-verdicts of ``srpo_agents.running.verdicts`` (several seeds: bootstrap, t bar, signs).
+sessions. Each finished run leaves a small record (its per-task scores and the means of
+its async metrics) in ``results/async_srpo_runs.json``, which is committed: a run recorded
+there is not trained again. ``report`` writes ``results/async_srpo.md`` from those
+records, with the verdicts of ``srpo_agents.running.verdicts`` (several seeds: bootstrap,
+t bar, signs).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ RUNS = {"sync": {}, "n1": {"max_staleness": 1}, "n4": {"max_staleness": 4},
         "n1_bypass": {"max_staleness": 1, "proximal": "behaviour"},
         "grpo": {"algo": "grpo"}, "grpo_n4": {"algo": "grpo", "max_staleness": 4}}
 OUT = Path("runs/async-srpo")
+RECORDS = Path(__file__).parent / "results" / "async_srpo_runs.json"  # committed
 STEP_KEYS = ("seconds", "generation_seconds", "update_seconds", "proximal_seconds",
              "rollout_wait_seconds", "overlap_seconds")
 
@@ -94,22 +98,47 @@ def train_matrix(runs: list[str], seeds: list[int]) -> None:
     for seed in seeds:  # seed-major: a partial matrix still pairs runs on their seeds
         for run in runs:
             out = OUT / f"{run}-s{seed}"
-            if (out / "summary.json").exists():
+            if out.name in finished_names():
                 continue
             print(f"== {run} seed {seed}", flush=True)
             launch(config_for(run, seed, out))
+            finished()  # its record, committed beside the report, outlives runs/
+
+
+def finished_names() -> set[str]:
+    records = json.loads(RECORDS.read_text()) if RECORDS.exists() else {}
+    return set(records) | {p.parent.name for p in OUT.glob("*/summary.json")}
+
+
+def record(path: Path) -> dict:
+    """What the report needs of one finished run, small enough to commit: the per-task
+    scores the verdicts pair, and the means of the per-step async metrics."""
+    summary = json.loads(path.read_text())
+    metrics = read_metrics_rows(path.parent / "metrics.jsonl")
+    mean = lambda key: float(np.mean([r.get(key, 0.0) for r in metrics]))  # noqa: E731
+    return {"seed": summary["config"]["seed"],
+            "before": summary["before"]["avg_at_k"], "after": summary["after"]["avg_at_k"],
+            "gain": summary["difference"]["avg_at_k"],
+            "gain_se": summary["difference"]["avg_at_k_stderr"],
+            "wall_time_s": summary["wall_time_s"],
+            "staleness": mean("staleness_mean"), "mismatch_kl": mean("mismatch_kl"),
+            "mismatch_kl_max": max(r.get("mismatch_kl", 0.0) for r in metrics),
+            "truncated": mean("behaviour_truncated"), "overlap": mean("overlap_seconds"),
+            "per_task_avg": summary["after"]["per_task_avg"]}
 
 
 def finished() -> dict[str, list[dict]]:
-    found: dict[str, list[dict]] = {}
+    """Every finished run: those committed in ``RECORDS`` (runs of earlier sessions,
+    whose folders are gone), refreshed by what ``runs/`` holds now."""
+    records = json.loads(RECORDS.read_text()) if RECORDS.exists() else {}
     for run in RUNS:
         for path in sorted(OUT.glob(f"{run}-s*/summary.json")):
-            summary = json.loads(path.read_text())
-            found.setdefault(run, []).append(
-                {"seed": summary["config"]["seed"], "summary": summary,
-                 "per_task_avg": summary["after"]["per_task_avg"],
-                 "metrics": read_metrics_rows(path.parent / "metrics.jsonl")})
-    return found
+            records[path.parent.name] = record(path)
+    RECORDS.write_text(json.dumps(records, indent=0, sort_keys=True) + "\n")
+    found: dict[str, list[dict]] = {}
+    for name, row in sorted(records.items()):
+        found.setdefault(name.rsplit("-s", 1)[0], []).append(row)
+    return {run: found[run] for run in RUNS if run in found}
 
 
 def report() -> None:
@@ -129,18 +158,12 @@ def report() -> None:
              "| mismatch KL (mean, max) | truncated share | overlap s/step | wall time (min) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run, rows in found.items():
-        for row in sorted(rows, key=lambda r: r["seed"]):
-            s, m = row["summary"], row["metrics"]
+        for r in sorted(rows, key=lambda r: r["seed"]):
             lines.append(
-                f"| {run} | {row['seed']} | {s['before']['avg_at_k']:.3f} | "
-                f"{s['after']['avg_at_k']:.3f} | {s['difference']['avg_at_k']:+.3f} ± "
-                f"{s['difference']['avg_at_k_stderr']:.3f} | "
-                f"{np.mean([r.get('staleness_mean', 0.0) for r in m]):.2f} | "
-                f"{np.mean([r.get('mismatch_kl', 0.0) for r in m]):.1e}, "
-                f"{max(r.get('mismatch_kl', 0.0) for r in m):.1e} | "
-                f"{np.mean([r.get('behaviour_truncated', 0.0) for r in m]):.3f} | "
-                f"{np.mean([r.get('overlap_seconds', 0.0) for r in m]):.1f} | "
-                f"{s['wall_time_s'] / 60:.1f} |")
+                f"| {run} | {r['seed']} | {r['before']:.3f} | {r['after']:.3f} | "
+                f"{r['gain']:+.3f} ± {r['gain_se']:.3f} | {r['staleness']:.2f} | "
+                f"{r['mismatch_kl']:.1e}, {r['mismatch_kl_max']:.1e} | "
+                f"{r['truncated']:.3f} | {r['overlap']:.1f} | {r['wall_time_s'] / 60:.1f} |")
     pairs = [("n1", "sync"), ("n4", "sync"), ("grpo_n4", "grpo"), ("n4", "grpo_n4")]
     verdicts = {}
     lines += ["", "Held-out avg@4 after training, A minus B, paired by question over the "
@@ -151,10 +174,9 @@ def report() -> None:
             d = difference(found[a], found[b])
             verdicts[f"{a} - {b}"] = {k: v for k, v in d.items()}
             lines.append(f"| {a} - {b} | {diff_cell(d)} |")
-    data = {"runs": {run: [{"seed": r["seed"], "before": r["summary"]["before"]["avg_at_k"],
-                            "after": r["summary"]["after"]["avg_at_k"],
-                            "wall_time_s": r["summary"]["wall_time_s"]} for r in rows]
-                     for run, rows in found.items()}, "verdicts": verdicts}
+    data = {"runs": {run: [{k: v for k, v in r.items() if k != "per_task_avg"}
+                            for r in rows] for run, rows in found.items()},
+            "verdicts": verdicts}
     write_results("async_srpo", lines, data)
 
 

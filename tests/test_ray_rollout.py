@@ -132,3 +132,18 @@ def test_async_rollouts_on_a_worker(local_ray, tmp_path):
                                                    [0, rows[2]["units"]]]
     assert all(r["sets_dropped_stale"] == 0 and "mismatch_kl" in r for r in rows)
     assert summary["after"]["tasks"] == 4
+
+
+def test_a_worker_dying_with_two_submissions_in_flight_is_replaced_once(local_ray, tmp_path):
+    """Two steps off, the batches of steps 3 and 4 are both on worker 1 when it dies
+    playing step 3's (it was sent at step 1: the kill point): both batches lose its
+    episodes, and the worker is replaced once, not once per failed submission (the
+    second replacement would kill the healthy new worker)."""
+    config = TrainConfig(**tiny_run(BASE, steps=5, warmstart_dir=str(tmp_path / "warm"),
+                                    out=str(tmp_path / "run"), rollout_workers=2,
+                                    max_staleness=2))
+    train(config, log=lambda *_: None)
+    rows = _rows(tmp_path / "run")
+    assert [r["episodes_lost"] for r in rows] == [0, 0, 0, 4, 4]
+    assert [r["worker_restarts"] for r in rows] == [0, 0, 0, 1, 1]
+    assert [r["generated_with_version"] for r in rows] == [0, 0, 0, 1, 2]

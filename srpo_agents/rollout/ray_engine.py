@@ -10,7 +10,9 @@ from them as from in-process rollouts, so batching stays event-atomic.
 
 Failures: a worker that dies or does not answer within ``step_timeout`` seconds is
 killed and replaced with the current weights. Its episodes of that step are dropped
-whole and counted (``lost_episodes``, ``worker_restarts``), never half-used.
+whole and counted (``lost_episodes``, ``worker_restarts``), never half-used. With
+several submissions in flight (asynchronous SRPO), each loses the dead worker's
+episodes, and the worker is replaced once.
 
 ``--ray-address`` joins an existing cluster (``ray start --head`` on one machine, ``ray
 start --address=HEAD:6379`` on the others). Without it a local Ray instance is started.
@@ -143,19 +145,23 @@ class RayRolloutEngine:
                 futures[i] = self.workers[i].run.remote(self.policy_version, faults.step,
                                                         send, share)
                 self._seen[i] = self.policy_version
-        return futures, shares, options, time.monotonic() + self.step_timeout
+        actors = {i: self.workers[i] for i in futures}
+        return futures, actors, shares, options, time.monotonic() + self.step_timeout
 
     def collect(self, submitted: tuple) -> list:
         """The episodes of one ``submit``, in its options' order."""
         ray = self._ray
-        futures, shares, options, deadline = submitted
+        futures, actors, shares, options, deadline = submitted
         rows_by_worker: dict[int, list[dict]] = {}
         for i, future in futures.items():
             try:
                 rows, seconds = ray.get(future, timeout=max(1.0, deadline - time.monotonic()))
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError,
                     ray.exceptions.RayTaskError):
-                self._replace(i)
+                # several submissions may have been in flight on the failed actor: the
+                # first failure replaces it, the later ones only count their episodes
+                if self.workers[i] is actors[i]:
+                    self._replace(i)
                 self.lost_episodes += len(shares[i])
                 continue
             rows_by_worker[i] = rows
