@@ -118,6 +118,36 @@ def test_workers_spread_over_a_two_node_cluster(tmp_path):
         del os.environ["RAY_TMPDIR"]
 
 
+def test_per_role_sampling_reaches_the_workers(local_ray, tmp_path):
+    """``--role-sampling`` travels in the config the workers build their engine from: the
+    aggregator samples at its own temperature and length limit, the solvers at the
+    run's."""
+    from srpo_agents.rollout.envs import env_factory
+    from srpo_agents.rollout.ray_engine import RayRolloutEngine
+    from srpo_agents.tiny import build_tiny_policy
+
+    config = TrainConfig(**tiny_run(
+        BASE, steps=1, out=str(tmp_path / "run"), rollout_workers=1, temperature=1.0,
+        role_sampling={"aggregator": {"temperature": 0.5, "max_new_tokens": 2}}))
+    env = env_factory(config, "train")(0)
+    policy = build_tiny_policy([env.reset()[0]["proposer_0"], "0123456789+-*/()"],
+                               tmp_path / "tiny", hidden_size=32, num_layers=1, num_heads=2)
+    engine = RayRolloutEngine(config, policy, 1)
+    try:
+        rollouts = engine.run(None, [{"task_index": t, "episode_id": f"t{t}-g{g}"}
+                                     for t in range(4) for g in range(2)])
+    finally:
+        engine.shutdown()
+    samples = [s for r in rollouts for s in r.samples.values()]
+    aggregators = [s for s in samples if s.role == "aggregator"]
+    solvers = [s for s in samples if s.role == "solver"]
+    assert aggregators and solvers
+    assert {s.temperature for s in aggregators} == {0.5}
+    assert {s.temperature for s in solvers} == {1.0}
+    assert max(len(s.response_ids) for s in aggregators) <= 2
+    assert max(len(s.response_ids) for s in solvers) > 2  # the run's limit, 6
+
+
 def test_async_rollouts_on_a_worker(local_ray, tmp_path):
     """Asynchronous SRPO with the Ray workers as the rollout side: step s + 1's episodes
     are played by the worker with version s's weights while step s updates."""
