@@ -1,6 +1,7 @@
 """Rollouts on Ray actors (extra ``ray``): one worker reproduces the in-process run
 exactly, two workers train, a worker killed mid-rollout is replaced and its episodes are
-dropped whole and counted, and workers spread over a two-node cluster on this host.
+dropped whole and counted (and replaced once with two submissions in flight), per-role
+sampling reaches the workers, and workers spread over a two-node cluster on this host.
 Everything Ray writes stays under the test's temporary folder."""
 
 import json
