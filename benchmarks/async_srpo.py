@@ -11,7 +11,8 @@ also starts the rollout process) and where they went. ``--backend vllm`` needs t
 ``.venv-vllm`` interpreter. Writes ``results/async_speed_<backend>.md``.
 
 ``train``: the demo's whole run (50 steps, held-out 500 questions x k = 4) for each
-named run and seed, into ``runs/async-srpo/<run>-s<seed>``; a finished run is read back,
+named run and seed, into ``runs/async-srpo/<run>-s<seed>`` (the runs of a seed share its
+"before" evaluation, measured once); a finished run is read back,
 an unfinished one resumes from its checkpoint (every 10 steps), so the matrix can span
 sessions. Each finished run leaves a small record (its per-task scores and the means of
 its async metrics) in ``results/async_srpo_runs.json``, which is committed: a run recorded
@@ -51,12 +52,32 @@ def config_for(run: str, seed: int, out: Path, **overrides):
     return demo_config(str(out), seed, model=str(start), **settings)
 
 
-def launch(config, python: str = sys.executable) -> None:
-    """``train(config)`` in a subprocess of its own (its own threads and memory)."""
+def launch(config, python: str = sys.executable, before: Path | None = None) -> None:
+    """``train(config)`` in a subprocess of its own (its own threads and memory), given
+    the "before" evaluation in the JSON file ``before`` when there is one."""
     code = ("import json, sys; from srpo_agents.config import TrainConfig; "
             "from srpo_agents.running.train import train; "
-            "train(TrainConfig(**json.loads(sys.argv[1])))")
-    subprocess.run([python, "-c", code, json.dumps(config.to_dict())], check=True)
+            "before = json.load(open(sys.argv[2])) if len(sys.argv) > 2 else None; "
+            "train(TrainConfig(**json.loads(sys.argv[1])), before=before)")
+    subprocess.run([python, "-c", code, json.dumps(config.to_dict()),
+                    *([str(before)] if before else [])], check=True)
+
+
+def before_for(seed: int) -> Path:
+    """The start's held-out evaluation for ``seed``, measured once and shared by every
+    run of that seed (they start from the same policy and evaluate the same questions
+    with the same seed), as the comparison harness shares it."""
+    path = OUT / f"before-s{seed}.json"
+    if not path.exists():
+        code = ("import json, os, sys; from srpo_agents.config import TrainConfig; "
+                "from srpo_agents.running.train import evaluate_start; "
+                "result = evaluate_start(TrainConfig(**json.loads(sys.argv[1]))); "
+                "open(sys.argv[2] + '.tmp', 'w').write(json.dumps(result)); "
+                "os.replace(sys.argv[2] + '.tmp', sys.argv[2])")
+        config = config_for("sync", seed, OUT / f"before-s{seed}")
+        subprocess.run([sys.executable, "-c", code, json.dumps(config.to_dict()),
+                        str(path)], check=True)
+    return path
 
 
 def speed(steps: int, backend: str) -> None:
@@ -78,9 +99,8 @@ def speed(steps: int, backend: str) -> None:
               "Setting: the demo's (SRPO-Search-v0 search_answer_verify, 16 questions x "
               "G = 8 a step), the synchronous run, then one step off (max_staleness 1) "
               "with pi_prox recomputed, then one step off in bypass (pi_prox = mu), one "
-              "after the other; the mean over the steps after the first. The synchronous "
-              "learner has every core; the asynchronous one keeps all but one, which the "
-              "rollout process takes.", "",
+              "after the other; the mean over the steps after the first. The learner has "
+              "every core in all three; the rollout process has one torch thread.", "",
               "| run | s/step | generation | update | of which pi_prox pass | learner "
               "waiting for rollouts | generation overlapping updates |",
               "|---|---:|---:|---:|---:|---:|---:|"]
@@ -101,7 +121,7 @@ def train_matrix(runs: list[str], seeds: list[int]) -> None:
             if out.name in finished_names():
                 continue
             print(f"== {run} seed {seed}", flush=True)
-            launch(config_for(run, seed, out))
+            launch(config_for(run, seed, out), before=before_for(seed))
             finished()  # its record, committed beside the report, outlives runs/
 
 

@@ -121,7 +121,6 @@ class TrainingRun:
     update_intervals: list = dataclasses.field(default_factory=list)
     resumed_samplers: dict | None = None
     loop_started: float = 0.0             # when this invocation's first step began
-    threads: int = 0                      # the learner's torch threads before async
     lost_counted: int = 0                 # Ray episodes lost, as far as reported
 
     @property
@@ -321,15 +320,13 @@ class TrainingRun:
         return rollouts, stats, update
 
     def _start_producer(self) -> None:
-        from srpo_agents.rollout.process import RolloutProcess, learner_threads
+        from srpo_agents.rollout.process import RolloutProcess
 
-        self.threads = torch.get_num_threads()
         if self.rollout is not self.engine:  # the Ray workers play the batches
             from srpo_agents.rollout.ray_engine import RayProducer
 
             self.producer = RayProducer(self.rollout)
         else:
-            torch.set_num_threads(learner_threads())  # the process takes one core
             self.producer = RolloutProcess(self.config, self.engine.policy,
                                            self.engine.role_policies, len(self.train_envs),
                                            self.engine.policy_version, self.resumed_samplers)
@@ -406,7 +403,6 @@ class TrainingRun:
         if self.producer is not None:
             self.producer.shutdown()
             self.producer = None
-            torch.set_num_threads(self.threads)  # the "after" evaluation has every core
         after = self._test("after")
         if self.board is not None:
             self.board.evaluation("after", after, config.steps)
