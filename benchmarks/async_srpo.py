@@ -34,7 +34,7 @@ import numpy as np
 
 from srpo_agents.running.demo import demo_config, ensure_start
 from srpo_agents.running.metrics_log import read_metrics_rows
-from srpo_agents.running.verdicts import diff_cell, difference
+from srpo_agents.running.verdicts import common_seeds, diff_cell, difference
 from srpo_bench.machine import describe, write_results
 
 RUNS = {"sync": {}, "n1": {"max_staleness": 1}, "n4": {"max_staleness": 4},
@@ -161,6 +161,14 @@ def finished() -> dict[str, list[dict]]:
     return {run: found[run] for run in RUNS if run in found}
 
 
+def cost(rows_async: list[dict], rows_sync: list[dict]) -> list[dict]:
+    """Per seed, asynchronous minus synchronous held-out score of each question."""
+    sync = {r["seed"]: r for r in rows_sync}
+    return [{"seed": r["seed"], "per_task_avg": list(np.subtract(
+        r["per_task_avg"], sync[r["seed"]]["per_task_avg"]))}
+        for r in rows_async if r["seed"] in sync]
+
+
 def report() -> None:
     found = finished()
     lines = ["# Asynchronous SRPO on the demo's setting", "",
@@ -169,11 +177,13 @@ def report() -> None:
              "Setting: the demo's run (SRPO-Search-v0 search_answer_verify from its "
              "committed start, 50 steps of 16 questions x G = 8, lr 6e-5); held-out 500 "
              "test-split questions x k = 4. n1 and n4: max_staleness 1 and 4, pi_prox "
-             "recomputed, behaviour weight truncated at 3. Staleness, mismatch KL (k3 of "
+             "recomputed, behaviour weight truncated at 3; grpo and grpo_n4: GRPO (token "
+             "ratio, the same correction per token) synchronous and four steps off. "
+             "Staleness, mismatch KL (k3 of "
              "KL(mu || pi_prox)), the truncated share and the overlap (seconds of a "
-             "step's batch generated during updates) are means over the run's steps. The "
-             "runs shared the 2 cores with tests and other work, so their wall times say "
-             "little; `async_speed_hf.md` measures speed alone.", "",
+             "step's batch generated during updates) are means over the run's steps. Runs "
+             "may have shared the 2 cores with tests and other work, so their wall times "
+             "say little; `async_speed_hf.md` measures speed alone.", "",
              "| run | seed | avg@4 before | avg@4 after | after - before | mean staleness "
              "| mismatch KL (mean, max) | truncated share | overlap s/step | wall time (min) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -187,13 +197,25 @@ def report() -> None:
     pairs = [("n1", "sync"), ("n4", "sync"), ("grpo_n4", "grpo"), ("n4", "grpo_n4")]
     verdicts = {}
     lines += ["", "Held-out avg@4 after training, A minus B, paired by question over the "
-              "seeds both finished:", "", "| A - B | difference |", "|---|---|"]
+              "seeds both finished. The last row is each algorithm's cost of four steps off "
+              "compared (per seed and question, SRPO's n4 - sync minus GRPO's grpo_n4 - "
+              "grpo): behind means staleness cost SRPO more than GRPO.", "",
+              "| A - B | difference |", "|---|---|"]
     for a, b in pairs:
         if a in found and b in found and {r["seed"] for r in found[a]} & {
                 r["seed"] for r in found[b]}:
             d = difference(found[a], found[b])
             verdicts[f"{a} - {b}"] = {k: v for k, v in d.items()}
             lines.append(f"| {a} - {b} | {diff_cell(d)} |")
+    # Does the set-level correction keep learning where the per-token one loses it? Each
+    # algorithm's cost of four steps off, per question and seed, compared.
+    if all(run in found for run in ("n4", "sync", "grpo_n4", "grpo")):
+        srpo_cost, grpo_cost = cost(found["n4"], found["sync"]), cost(found["grpo_n4"],
+                                                                       found["grpo"])
+        if common_seeds(srpo_cost, grpo_cost):
+            d = difference(srpo_cost, grpo_cost)
+            verdicts["(n4 - sync) - (grpo_n4 - grpo)"] = d
+            lines.append(f"| (n4 - sync) - (grpo_n4 - grpo) | {diff_cell(d)} |")
     data = {"runs": {run: [{k: v for k, v in r.items() if k != "per_task_avg"}
                             for r in rows] for run, rows in found.items()},
             "verdicts": verdicts}
