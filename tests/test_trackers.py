@@ -48,7 +48,7 @@ def wandb_records(run_dir: Path) -> tuple[dict, list[dict]]:
     return config, history
 
 
-def test_every_tracker_gets_the_config_and_the_metrics(tmp_path, monkeypatch):
+def test_every_tracker_gets_the_config_and_the_metrics(tmp_path, monkeypatch, capsys):
     pytest.importorskip("tensorboard")
     trackio = pytest.importorskip("trackio")
     pytest.importorskip("wandb")
@@ -86,6 +86,8 @@ def test_every_tracker_gets_the_config_and_the_metrics(tmp_path, monkeypatch):
         json.loads((run / "summary.json").read_text())["before"]["avg_at_k"])
     stored = trackio.SQLiteStorage.get_run_config("srpo", "tracked")
     assert stored["lr"] == config["lr"] and stored["env"] == "SRPO-Countdown-v0"
+    printed = capsys.readouterr().out  # a pipe, not a terminal: no colour codes in it
+    assert "Trackio" in printed and "\x1b[" not in printed
 
     wandb_config, history = wandb_records(run)
     assert wandb_config["lr"] == config["lr"] and wandb_config["env"] == "SRPO-Countdown-v0"
@@ -130,3 +132,15 @@ def test_bad_trackers_are_named(value, message):
 def test_none_and_the_old_tensorboard_flag():
     assert TrainConfig(report_to=("none",)).report_to == ()
     assert TrainConfig(tensorboard=True).report_to == ("tensorboard",)
+
+
+def test_colour_codes_leave_piped_output_only(capsys, monkeypatch):
+    from srpo_agents.running.trackers import plain_when_piped
+
+    with plain_when_piped():
+        print("\x1b[1m\x1b[38;5;208m* dashboard at: http://x\x1b[0m")
+    assert capsys.readouterr().out == "* dashboard at: http://x\n"
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    with plain_when_piped():
+        print("\x1b[1mbold\x1b[0m")
+    assert capsys.readouterr().out == "\x1b[1mbold\x1b[0m\n"

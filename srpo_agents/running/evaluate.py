@@ -7,6 +7,8 @@ before/after figure comes with its noise. "Tokens per task" is the mean number o
 generated team tokens of one episode (all agents, all events), "tool calls per task"
 likewise for search queries. Where the env says whether the final answer was read from a
 ``\\boxed{}`` (math's ``boxed``), ``boxed_rate`` is the share of episodes where it was.
+``cut_off_rate`` is the share of agent outputs that hit ``max_new_tokens`` before their
+end: near 1, the scores say more about the token cap than about the model.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from srpo_agents.rollout.engine import RolloutEngine
 from srpo_agents.rollout.envs import env_pool as eval_pool  # noqa: F401 (imported from here)
+from srpo_agents.running.progress import Progress
 from srpo_agents.running.routing_stats import routing_summary
 
 
@@ -77,14 +79,17 @@ def majority_at(votes: Sequence[str | None], size: int) -> float:
 
 
 def run_tasks(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int], k: int,
-              tag: str = "eval") -> Iterator[tuple[int, int, Any, Any]]:
+              tag: str = "eval", chunk_size: int | None = None
+              ) -> Iterator[tuple[int, int, Any, Any]]:
     """``(task, sample, env, rollout)`` for ``k`` episodes of each task, played on the
-    given env pool (reused in chunks of its size); ``env`` is the one that played it.
-    They are held-out episodes: sampled at the engine's ``eval_temperature`` when set."""
+    given env pool (reused in chunks of its size, or of ``chunk_size`` when smaller);
+    ``env`` is the one that played it. They are held-out episodes: sampled at the
+    engine's ``eval_temperature`` when set."""
     jobs = [(t, j) for t in task_indices for j in range(k)]
     evaluating = getattr(engine, "evaluating", contextlib.nullcontext)
-    for start in range(0, len(jobs), len(envs)):
-        chunk = jobs[start:start + len(envs)]
+    size = min(len(envs), chunk_size or len(envs))
+    for start in range(0, len(jobs), size):
+        chunk = jobs[start:start + size]
         pool = envs[:len(chunk)]
         options = [{"task_index": t, "episode_id": f"{tag}-t{t}-k{j}"} for t, j in chunk]
         with evaluating():
@@ -94,24 +99,28 @@ def run_tasks(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int]
 
 
 def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int], k: int,
-             tag: str = "eval", votes: bool = False, progress: str = "") -> dict[str, Any]:
+             tag: str = "eval", votes: bool = False, progress: str = "",
+             chunk_size: int | None = None, log=None) -> dict[str, Any]:
     """Run ``k`` episodes of each task on the given env pool (reused in chunks).
 
     Teams with a parallel event also get ``solver_majority`` (the share of episodes in
     which more than half of the solvers were right: the team's ceiling if its last agent
     followed the majority) and ``solver_any`` (at least one right). ``votes``: also
     ``per_task_votes``, each episode's ``vote_key`` per task, for majority votes.
-    ``progress``: the label of a progress bar over the episodes (none when empty, or
-    when the output is not a terminal)."""
+    ``progress``: the label of the progress over the episodes (none when empty): a bar in
+    a terminal, else a line to ``log`` (stderr by default) every 30 s. ``chunk_size``:
+    most episodes played at once (default: the pool's size); smaller chunks update the
+    progress more often."""
     correct: dict[int, list[bool]] = {t: [] for t in task_indices}
     keys: dict[int, list[str | None]] = {t: [] for t in task_indices}
     tokens, calls, em, f1, played, solvers, boxes = [], [], [], [], [], [], []
-    episodes = run_tasks(engine, envs, task_indices, k, tag)
-    if progress:
-        episodes = tqdm(episodes, total=len(task_indices) * k, desc=progress, unit="episode",
-                        disable=None)
-    for t, _, _, rollout in episodes:
+    cut_off = []
+    shown = Progress(len(task_indices) * k, progress, "episode", log) if progress else None
+    for t, _, _, rollout in run_tasks(engine, envs, task_indices, k, tag, chunk_size):
+        if shown is not None:
+            shown.update()
         played.append(rollout)
+        cut_off += [not sample.finished for sample in rollout.samples.values()]
         correct[t].append(episode_correct(rollout))
         keys[t].append(vote_key(rollout))
         right = solvers_right(rollout)
@@ -125,6 +134,8 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
         if "em" in final:
             em.append(float(final["em"]))
             f1.append(float(final.get("f1", 0.0)))
+    if shown is not None:
+        shown.close()
     per_task_avg = np.array([np.mean(v) for v in correct.values()])
     per_task_pass = np.array([float(any(v)) for v in correct.values()])
     n = len(per_task_avg)
@@ -145,6 +156,8 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
         result.update(em=float(np.mean(em)), f1=float(np.mean(f1)))
     if boxes:
         result["boxed_rate"] = float(np.mean(boxes))
+    if cut_off:
+        result["cut_off_rate"] = float(np.mean(cut_off))
     if solvers:
         result.update(solver_majority=float(np.mean([2 * r > n for r, n in solvers])),
                       solver_any=float(np.mean([r > 0 for r, _ in solvers])))

@@ -14,13 +14,19 @@ after go under ``eval/`` (steps 0 and ``steps``).
   and says so; ``wandb sync <out>/wandb/offline-run-*`` uploads such a run later. A
   resumed run continues its W&B run (its id is kept in ``<out>/wandb_run_id``).
 
-Each tracker's package is imported only when it is asked for.
+Each tracker's package is imported only when it is asked for. What a tracker prints
+(trackio's banner) keeps its colours in a terminal and loses them elsewhere
+(``plain_when_piped``), so a log file holds no raw escape codes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import re
+import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -50,6 +56,24 @@ def _need(package: str, tracker: str) -> Any:
     except ImportError as err:
         raise ImportError(f"--report-to {tracker} needs the {package} package: pip install "
                           f"{package} (or the srpo extra '{tracker}')") from err
+
+
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@contextlib.contextmanager
+def plain_when_piped():
+    """Run a block whose prints may carry terminal colour codes: as they are in a
+    terminal, with the codes taken out when stdout is a file or a pipe."""
+    if sys.stdout.isatty():
+        yield
+        return
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured):
+            yield
+    finally:
+        sys.stdout.write(ANSI_ESCAPE.sub("", captured.getvalue()))
 
 
 def step_numbers(row: Mapping[str, Any]) -> tuple[int, dict[str, float]]:
@@ -89,10 +113,11 @@ class TensorBoardLog:
 class TrackioLog:
     def __init__(self, run_dir: Path, config: Mapping[str, Any], resume: bool):
         self.trackio = _need("trackio", "trackio")
-        self.trackio.init(project=os.environ.get("TRACKIO_PROJECT", "srpo"),
-                          name=Path(run_dir).name, config=dict(config),
-                          resume="allow" if resume else "never", embed=False,
-                          auto_log_cpu=False, auto_log_gpu=False)
+        with plain_when_piped():
+            self.trackio.init(project=os.environ.get("TRACKIO_PROJECT", "srpo"),
+                              name=Path(run_dir).name, config=dict(config),
+                              resume="allow" if resume else "never", embed=False,
+                              auto_log_cpu=False, auto_log_gpu=False)
 
     def row(self, row: Mapping[str, Any]) -> None:
         step, numbers = step_numbers(row)
@@ -102,7 +127,8 @@ class TrackioLog:
         self.trackio.log(eval_numbers(result), step=step)
 
     def close(self) -> None:
-        self.trackio.finish()
+        with plain_when_piped():
+            self.trackio.finish()
 
 
 def wandb_logged_in() -> bool:

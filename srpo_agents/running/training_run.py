@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from srpo_agents import faults
 from srpo_agents.config import TrainConfig
@@ -46,6 +45,7 @@ from srpo_agents.running.metrics_log import (
     write_json_lines_atomic,
 )
 from srpo_agents.running.plots import plot_curve
+from srpo_agents.running.progress import bar, duration
 from srpo_agents.running.routing_stats import plot_routing
 from srpo_agents.running.step import (
     check_data,
@@ -64,9 +64,7 @@ from srpo_agents.running.verdicts import task_difference
 def step_line(row: dict[str, Any], steps: int, elapsed: float, done: int) -> str:
     """The log's line for one step: its reward, accuracy, KL, clip fraction and seconds,
     and the time left at this invocation's pace so far (``done`` steps in ``elapsed``)."""
-    left = int(round(elapsed / max(done, 1) * (steps - row["step"] - 1)))
-    hours, rest = divmod(left, 3600)
-    eta = (f"{hours}h" if hours else "") + f"{rest // 60:02d}m{rest % 60:02d}s"
+    eta = duration(elapsed / max(done, 1) * (steps - row["step"] - 1))
     return (f"step {row['step'] + 1}/{steps}: reward {row['reward']:.3f}, accuracy "
             f"{row['accuracy']:.3f}, kl {row.get('approx_kl', 0.0):.4f}, clip "
             f"{row.get('clip_fraction', 0.0):.3f}, {row['seconds']:.1f} s; ETA {eta}")
@@ -242,8 +240,8 @@ class TrainingRun:
 
     def progress(self):
         self.loop_started = time.monotonic()
-        return tqdm(range(self.start_step, self.config.steps), initial=self.start_step,
-                    total=self.config.steps, desc="srpo train", disable=None)
+        return bar(self.config.steps, "srpo train", "step", self.start_step,
+                   range(self.start_step, self.config.steps))
 
     def _options(self, step: int) -> list[dict]:
         """Step ``step``'s episodes: freshly drawn tasks, each ``group_size`` times."""

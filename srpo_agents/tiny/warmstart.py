@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from srpo_agents import faults
 from srpo_agents.models.policy import Policy, load_policy
@@ -46,6 +45,7 @@ from srpo_agents.running.checkpoint import (
     write_json_atomic,
 )
 from srpo_agents.running.evaluate import evaluate
+from srpo_agents.running.progress import bar as progress_bar
 from srpo_agents.tiny.model import build_tiny_policy
 from srpo_envs import registry
 
@@ -410,8 +410,8 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
 
     # The bar's total is every phase's cap: a phase that reaches its target ends early,
     # so the ETA is an upper bound.
-    bar = tqdm(total=(first_steps if separate_first else 0) + steps + focus_steps or None,
-               initial=total(), desc="warm start", disable=None)
+    bar = progress_bar((first_steps if separate_first else 0) + steps + focus_steps or None,
+                       "warm start", "step", total())
     while time.monotonic() - start < minutes * 60:
         if phase == "first" and done >= first_steps:
             enter("main")
