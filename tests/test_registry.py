@@ -256,7 +256,7 @@ def test_every_flag_of_every_command_has_help():
     parser = build_parser()
     commands = parser._subparsers._group_actions[0]
     assert set(commands.choices) == {"train", "eval", "rollout", "envs", "plot",
-                                      "serve-retriever"}
+                                      "serve-retriever", "fetch-data"}
     assert all(action.help for action in commands._choices_actions)
     for name, sub in commands.choices.items():
         for action in sub._actions:

@@ -29,6 +29,7 @@ name goes to ``PRETRAINED`` (``policy.PretrainedSource``), which loads what
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import re
 import shutil
@@ -279,7 +280,7 @@ def convert_gguf(path: Path, folder: Path | None = None) -> Path:
         return folder
     for package in ("gguf", "accelerate"):  # transformers reads GGUF files through both
         try:
-            __import__(package)
+            importlib.import_module(package)
         except ImportError:
             raise ModelSourceError(f"--model {path}: reading a .gguf needs the {package} "
                                    f"package: pip install 'srpo[gguf]'") from None
