@@ -53,7 +53,8 @@ def duration(seconds: float) -> str:
 class Progress:
     """Counts work done against a total: a bar in a terminal, else a line to ``log`` at
     most every ``every`` seconds (and at the end), each with the time left at the pace
-    so far. ``update(n)`` after each piece of work."""
+    so far; work done within ``every`` seconds prints nothing. ``update(n)`` after each
+    piece of work."""
 
     def __init__(self, total: int, desc: str, unit: str, log: Callable[[str], None] | None = None,
                  every: float = 30.0):
@@ -61,6 +62,7 @@ class Progress:
         self.log = log if log is not None else (lambda line: print(line, file=sys.stderr,
                                                                    flush=True))
         self.done = 0
+        self.lines = 0
         self.started = self.last_line = time.monotonic()
         self.bar = bar(total, desc, unit) if is_terminal() else None
 
@@ -70,8 +72,9 @@ class Progress:
             self.bar.update(n)
             return
         now = time.monotonic()
-        if now - self.last_line >= self.every or self.done >= self.total:
+        if now - self.last_line >= self.every or (self.done >= self.total and self.lines):
             self.last_line = now
+            self.lines += 1
             self.log(self.line(now - self.started))
 
     def line(self, elapsed: float) -> str:
