@@ -398,7 +398,7 @@ def _jsonable(value):
 def load_engine(args: argparse.Namespace, **overrides):
     """The config and rollout engine of ``--checkpoint``: a run directory's recorded
     settings with the typed flags over them (``sampling_config``), or the flags alone."""
-    from srpo_agents.models.policy import load_policy, resolve_device, resolve_dtype
+    from srpo_agents.models.policy import load_policy, precision_kwargs, resolve_device
     from srpo_agents.running.train import make_engine
 
     source = Path(args.checkpoint)
@@ -421,10 +421,10 @@ def load_engine(args: argparse.Namespace, **overrides):
     config = sampling_config(args, recorded, model=_source_name(model_path, location),
                              **overrides)
     device = resolve_device(config.device)
-    dtype = resolve_dtype(config.dtype, device)
-    policy = load_policy(location, device=device, dtype=dtype)
+    precision = precision_kwargs(config.dtype, device)
+    policy = load_policy(location, device=device, **precision)
     role_policies = {d.name.removeprefix("policy-"): load_policy(str(d), device=device,
-                                                                 dtype=dtype)
+                                                                 **precision)
                      for d in role_dirs if not (source / "policy").is_dir()}
     return config, make_engine(config, policy, role_policies)
 

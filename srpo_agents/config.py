@@ -13,6 +13,7 @@ from srpo_agents.learning.objective import (
     ALGORITHMS,
     BEHAVIOUR_CORRECTIONS,
 )
+from srpo_agents.models.policy import DTYPES
 from srpo_agents.models.sources import DEFAULT_MODEL, check_options, model_source
 from srpo_agents.rollout.envs import env_kwargs
 from srpo_envs import registry
@@ -163,8 +164,10 @@ class ModelConfig:
     """Torch device of the policy: auto (CUDA when a GPU is present, else the CPU), cpu,
     cuda, cuda:N or mps."""
     dtype: str = "auto"
-    """Weights' dtype: auto (bfloat16 on CUDA, float32 elsewhere), float32, bfloat16 or
-    float16."""
+    """Precision: float32; bfloat16 or float16, mixed (float32 weights, gradients and AdamW
+    state, 16-bit compute under autocast; the sampler computes in it too); pure-bfloat16
+    or pure-float16 (the weights and AdamW state in 16 bits as well: most updates at lr
+    1e-5 round away); auto (bfloat16 on CUDA, float32 elsewhere)."""
 
     def check_model(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
@@ -187,9 +190,8 @@ class ModelConfig:
                                  f"(e.g. q_proj v_proj) or all-linear")
         if not _DEVICE.fullmatch(str(self.device)):
             raise ValueError(f"device={self.device!r}: expected auto, cpu, cuda, cuda:N or mps")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype={self.dtype!r}: expected auto, float32, bfloat16 or "
-                             f"float16")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
 
 
 @dataclass
@@ -307,6 +309,14 @@ class LearnerConfig:
     behaviour_correction: str = "truncate"
     """The behaviour weight past behaviour_cap: "truncate" (min(w, cap)) or "mask" (w
     outside [1/cap, cap] is 0, and the unit or token leaves the update)."""
+    pi_old: str = "auto"
+    """The ratio's denominator on fresh data: "sampler" (the log-probs the sampler
+    recorded; exact only when sampling is the learner's own computation: hf, float32, in
+    this process), "learner" (one no-grad pass of the learner before each update, in the
+    first epoch's own micro-batches, so the ratio starts at exactly 1; the sampler's
+    log-probs then enter only as the truncated behaviour weight, as off-policy data's do)
+    or "auto" (learner whenever the sampler's numerics differ from the learner's: vLLM,
+    16-bit compute, Ray rollout workers, a rollout process)."""
     behaviour_cap: float = 3.0
     """Cap C of the behaviour weight (> 1). 3.0 is TRL's vllm_importance_sampling_cap: a
     stale set's weight may triple, never more, so one stale set cannot outweigh three
@@ -342,6 +352,9 @@ class LearnerConfig:
                              f"bypass clips against the generator's weights, which are "
                              f"then up to {self.max_staleness} updates old; it is allowed "
                              f"at max_staleness <= 1 only (use proximal='recompute')")
+        if self.pi_old not in ("auto", "sampler", "learner"):
+            raise ValueError(f"pi_old={self.pi_old!r}: expected 'auto', 'sampler' or "
+                             f"'learner'")
         if self.behaviour_correction not in BEHAVIOUR_CORRECTIONS:
             raise ValueError(f"behaviour_correction={self.behaviour_correction!r}: expected "
                              f"one of {BEHAVIOUR_CORRECTIONS}")
@@ -490,8 +503,26 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
         return self.seed if not self.rollout_seed else self.seed + 1_000_003 * self.rollout_seed
 
     def learner(self) -> LearnerConfig:
-        """The learner's section, as ``Learner`` takes it."""
-        return LearnerConfig(**{f.name: getattr(self, f.name) for f in fields(LearnerConfig)})
+        """The learner's section, as ``Learner`` takes it, with ``pi_old`` "auto" decided
+        for this run (``sampler_is_learner``)."""
+        values = {f.name: getattr(self, f.name) for f in fields(LearnerConfig)}
+        if self.pi_old == "auto":
+            values["pi_old"] = "sampler" if self.sampler_is_learner else "learner"
+        return LearnerConfig(**values)
+
+    @property
+    def sampler_is_learner(self) -> bool:
+        """Whether the rollouts' log-probs are the learner's own computation, bit for bit
+        up to float noise: the hf backend, in this process, in float32. vLLM's kernels,
+        16-bit compute (incremental decoding and a full forward round differently) and
+        another process's copy of the weights are not."""
+        import torch
+
+        from srpo_agents.models.policy import resolve_device, resolve_precision
+
+        precision = resolve_precision(self.dtype, resolve_device(self.device))
+        return (self.backend == "hf" and not self.rollout_workers and not self.max_staleness
+                and precision.compute == torch.float32)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

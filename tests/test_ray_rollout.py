@@ -58,8 +58,11 @@ def test_one_worker_reproduces_the_in_process_run(local_ray, tmp_path):
     try:
         before = evaluate_start(config, log=lambda *_: None)
         train(config, log=lambda *_: None, before=before)
+        # pi_old from the sampler, as in process: a worker's copy on this CPU in float32
+        # computes what the learner does ("auto" assumes another device may not)
         train(TrainConfig(**tiny_run(BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "b"),
-                          rollout_workers=1)), log=lambda *_: None, before=before)
+                          rollout_workers=1, pi_old="sampler")), log=lambda *_: None,
+              before=before)
     finally:
         torch.set_num_threads(threads)
     in_process, workers = _rows(tmp_path / "a2"), _rows(tmp_path / "b")

@@ -31,7 +31,16 @@ Deliberate choices:
   and each unit (or token) carries the detached behaviour weight pi_prox / mu
   (``objective.behaviour_weight``). ``mismatch_kl`` is the k3 estimate of KL(mu ||
   pi_prox) over response tokens, ``proximal_seconds`` the extra pass's time. With
-  ``max_staleness`` 0 nothing of this runs, and the update is the synchronous one.
+  ``max_staleness`` 0 nothing of this runs, and the update is the synchronous one;
+- fresh data from a sampler whose numerics are not the learner's (``pi_old`` "learner",
+  or "auto" with 16-bit compute; ``TrainConfig.learner`` decides "auto" for vLLM, rollout
+  workers and processes): the same pass and weight at staleness 0. The pass runs in the
+  first epoch's own micro-batches (every epoch's mini-batches are drawn before it, the
+  same draws as one at a time), so the first step's ratio is exactly 1;
+- mixed precision (``Policy.compute_dtype``): the forward passes run under autocast, the
+  weights, gradients and AdamW state stay in the weights' float32; ``update_to_weight``
+  is ||theta_after - theta_before|| / ||theta_before|| over the trainable weights for the
+  whole update (a copy of them is held while it runs).
 """
 
 from __future__ import annotations
@@ -74,6 +83,14 @@ class Learner:
         self.loss_config = LossConfig(config.eps_low, config.eps_high, algorithm.kappa,
                                       config.behaviour_correction, config.behaviour_cap)
         self._proximal: dict[int, list[float]] = {}  # id(sample) -> pi_prox log-probs
+        # pi_old from the learner: for off-policy data (asynchronous SRPO) as ``proximal``
+        # says; for fresh data when the sampler's numerics are not the learner's
+        # (``pi_old``; "auto" here knows only the policy: 16-bit compute is never exact)
+        if config.max_staleness:
+            self.recompute_old = config.proximal == "recompute"
+        else:
+            self.recompute_old = config.pi_old == "learner" or (
+                config.pi_old == "auto" and policy.compute_dtype is not None)
         params = [p for p in policy.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr,
                                            weight_decay=config.weight_decay)
@@ -114,12 +131,13 @@ class Learner:
                 for s in samples]
         source = [distinct.setdefault(key, len(distinct)) for key in keys]
         roles = [s.role for s in samples] if adapters else None
-        if len(distinct) == len(samples):
-            logits = self._full_logits(model, samples, roles)
-        else:
-            prompt_roles = [key[1] for key in distinct] if adapters else None
-            logits = self._shared_prompt_logits(model, [key[0] for key in distinct], source,
-                                                samples, prompt_roles, roles)
+        with self.policy.autocast():  # mixed precision: float32 weights, 16-bit matmuls
+            if len(distinct) == len(samples):
+                logits = self._full_logits(model, samples, roles)
+            else:
+                prompt_roles = [key[1] for key in distinct] if adapters else None
+                logits = self._shared_prompt_logits(model, [key[0] for key in distinct],
+                                                    source, samples, prompt_roles, roles)
         logp_all = torch.log_softmax(logits.float() / self._temperatures(samples), dim=-1)
         targets = _pad([s.response_ids for s in samples], self.policy.pad_token_id,
                        torch.long).to(self.device)
@@ -223,12 +241,14 @@ class Learner:
             rows += size
         return [batch.subset(index) for index in groups + ([current] if current else [])]
 
-    def _score_proximal(self, batch: UnitBatch) -> None:
-        """pi_prox: every sample's log-probs under the weights the update starts from, in
-        the micro-batches the update will use, without gradients."""
+    def _score_proximal(self, micros: list[UnitBatch]) -> None:
+        """pi_prox (pi_old): every sample's log-probs under the weights the update starts
+        from, without gradients, in ``micros``: the first epoch's own micro-batches, so
+        that the same rows in the same shapes give the first optimizer step a ratio of
+        exactly 1."""
         self._proximal = {}
         with torch.no_grad():
-            for micro in self._microbatches(batch):
+            for micro in micros:
                 samples = micro.samples
                 logp, _, _ = self.response_logprobs(self.policy.model, samples)
                 for row, sample in zip(logp.tolist(), samples, strict=True):
@@ -303,28 +323,41 @@ class Learner:
         model = self.policy.model
         size = self.config.minibatch_units or len(units)
         rank, world = _rank_and_world(self.config.data_parallel)
+        # every epoch's mini-batches and this rank's micro-batches, drawn up front (the
+        # same draws as one epoch at a time), so pi_old can be scored on epoch 0's own
+        plan = [[(mini, self._microbatches(mini.subset(range(rank, len(mini), world))))
+                 for mini in batch.minibatches(size, self.rng)]
+                for _ in range(self.config.epochs)]
         proximal_seconds = None
-        if self.config.max_staleness and self.config.proximal == "recompute":
+        if self.recompute_old:
             tick = time.monotonic()
-            self._score_proximal(batch)
+            first = [micro for _, micros in plan[0] for micro in micros]
+            # rows this rank meets only in later epochs (other ranks' share of epoch 0)
+            scored = {id(m) for micro in first for m in micro.samples}
+            rest = [i for i, unit in enumerate(batch.units)
+                    if any(id(m) not in scored for m in unit.members)]
+            self._score_proximal(first + (self._microbatches(batch.subset(rest)) if rest
+                                          else []))
             proximal_seconds = time.monotonic() - tick
         grad_norms = []
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        start = [p.detach().clone() for p in trainable]  # for update_to_weight
         # Each figure summed with its share of its mini-batch (at its own level, over
         # every rank), so a mini-batch's sum is its one-batch figure; maxima apart.
         # Every rank holds the same keys (a rank may run no micro-batch of a mini-batch).
-        sums = dict.fromkeys(["loss", "approx_kl", "clip_fraction", "ratio_mean",
-                              "entropy_sum", "entropy_tokens"]
+        sums = dict.fromkeys(["loss", "approx_kl", "mismatch_kl", "clip_fraction",
+                              "ratio_mean", "entropy_sum", "entropy_tokens"]
                              + (["kl"] if self.reference is not None or self.base_reference
                                 else []), 0.0)
         maxima = {"max_abs_log_ratio": 0.0, "first_epoch_max_abs_log_ratio": 0.0}
         clip_by_update = []  # each optimizer step's own clip fraction, in order
-        for epoch in range(self.config.epochs):
-            for index, mini in enumerate(batch.minibatches(size, self.rng)):
+        for epoch, minibatches in enumerate(plan):
+            for index, (mini, micros) in enumerate(minibatches):
                 self.optimizer.zero_grad(set_to_none=True)
                 clipped_before = sums["clip_fraction"]
                 total_units = len(mini)
                 total_tokens = max(mini.response_tokens, 1)
-                for micro in self._microbatches(mini.subset(range(rank, len(mini), world))):
+                for micro in micros:
                     loss, figures, tokens = self._loss(micro, with_entropy=epoch == 0)
                     token_share = tokens / total_tokens
                     weight = (len(micro) / total_units if self.normalizer == "units"
@@ -339,9 +372,8 @@ class Learner:
                         sums["entropy_sum"] += figures.pop("entropy") * tokens
                         sums["entropy_tokens"] += tokens
                     sums["approx_kl"] += figures.pop("approx_kl") * token_share
-                    if "mismatch_kl" in figures:  # over tokens, as approx_kl
-                        sums["mismatch_kl"] = (sums.get("mismatch_kl", 0.0)
-                                               + figures.pop("mismatch_kl") * token_share)
+                    # over tokens, as approx_kl; 0 where pi_old is the sampler's own
+                    sums["mismatch_kl"] += figures.pop("mismatch_kl", 0.0) * token_share
                     for key, value in figures.items():
                         sums[key] = sums.get(key, 0.0) + value * weight
                 clip_by_update.append(sums["clip_fraction"] - clipped_before)
@@ -354,17 +386,37 @@ class Learner:
                 self.optimizer.step()
         if world > 1:
             sums, maxima = _combine_figures(sums, maxima)
+        if not self._proximal:  # pi_old is the sampler's: the weight is 1 everywhere
+            for key, value in NO_BEHAVIOUR_WEIGHT.items():
+                sums[key] = value * len(grad_norms)
+        ratio = update_to_weight(trainable, start)
         entropy = sums.pop("entropy_sum") / max(sums.pop("entropy_tokens"), 1.0)
         out = {k: v / len(grad_norms) for k, v in sums.items()}
         norms = np.array(grad_norms)
         out.update(maxima, updates=len(grad_norms), grad_norm=float(norms.mean()),
+                   update_to_weight=ratio,
                    grad_norm_cv=float(norms.std() / norms.mean()) if norms.mean() > 0 else 0.0,
                    entropy=entropy)
         if world == 1:  # a rank's own share is not the mini-batch's figure
             out["clip_fraction_by_update"] = clip_by_update
-        if proximal_seconds is not None:
-            out["proximal_seconds"] = proximal_seconds
+        # every path logs the same keys (a run's rows and trackers keep one schema)
+        out["proximal_seconds"] = proximal_seconds or 0.0
         return out
+
+
+NO_BEHAVIOUR_WEIGHT = {"behaviour_weight_mean": 1.0, "behaviour_truncated": 0.0,
+                       "behaviour_masked": 0.0}
+"""The behaviour weight's figures when pi_old is the sampler's own log-probs."""
+
+
+def update_to_weight(parameters: list[torch.Tensor], start: list[torch.Tensor]) -> float:
+    """||theta - theta_start|| / ||theta_start|| over ``parameters``, summed in float64:
+    how far an update moved the weights, relative to their size. Near 1e-5 an lr 1e-5 AdamW
+    step took; near 0 the step rounded away (16-bit weights)."""
+    moved = sum(float((p.detach().double() - s.double()).pow(2).sum())
+                for p, s in zip(parameters, start, strict=True))
+    size = sum(float(s.double().pow(2).sum()) for s in start)
+    return (moved / size) ** 0.5 if size > 0 else 0.0
 
 
 def _rank_and_world(data_parallel: bool) -> tuple[int, int]:

@@ -55,6 +55,30 @@ class Policy:
     empty for a plain model."""
     base_name: str = ""
     """The frozen base's hub name or path when ``adapter_roles`` is set."""
+    compute_dtype: torch.dtype | None = None
+    """What the forward passes compute in when it is not the weights' dtype: mixed
+    precision (``--dtype bfloat16``: float32 weights, bfloat16 matmuls under autocast).
+    None: the weights' own dtype."""
+
+    def autocast(self):
+        """The context every forward pass of this policy runs in: autocast to
+        ``compute_dtype`` when that differs from the weights' dtype, else nothing."""
+        import contextlib
+
+        import torch
+
+        if self.compute_dtype is None:
+            return contextlib.nullcontext()
+        first = next(self.model.parameters())
+        if first.dtype == self.compute_dtype:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=first.device.type, dtype=self.compute_dtype)
+
+    def copy_with(self, model, name: str | None = None) -> Policy:
+        """This policy's tokenizer and precision around another model (a role's own copy,
+        a rollout process's)."""
+        return Policy(model=model, tokenizer=self.tokenizer, name=name or self.name,
+                      compute_dtype=self.compute_dtype)
 
     def row_kwargs(self, roles: Sequence[str]) -> dict:
         """Forward kwargs that give each row of a batch its role's adapter: PEFT's
@@ -172,7 +196,23 @@ class Policy:
         prefix, suffix = rendered.split(_SENTINEL)
         return prefix, suffix
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16", "pure-bfloat16", "pure-float16")
+"""``--dtype``: "bfloat16" and "float16" are mixed precision (float32 weights, gradients
+and AdamW state, 16-bit compute under autocast), as TRL's ``bf16=True``; the "pure-"
+names keep the weights and the optimizer state in 16 bits too, where an AdamW step at a
+learning rate of 1e-5 mostly rounds away."""
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The weights' dtype (the master copy the optimizer updates) and the forward's."""
+
+    weights: torch.dtype
+    compute: torch.dtype
+
+    @property
+    def mixed(self) -> bool:
+        return self.weights != self.compute
 
 
 def resolve_device(device: str) -> str:
@@ -184,32 +224,49 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    """``"auto"``: bfloat16 on CUDA (the weights, the optimizer state and the sampler all
-    run in it), float32 elsewhere; or the named dtype."""
+def resolve_precision(dtype: str, device: str) -> Precision:
+    """``--dtype`` on ``device``: "auto" is mixed bfloat16 on CUDA, float32 elsewhere."""
     import torch
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: expected one of {DTYPES}")
     if dtype == "auto":
-        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
-    return getattr(torch, dtype)
+        dtype = "bfloat16" if str(device).startswith("cuda") else "float32"
+    compute = getattr(torch, dtype.removeprefix("pure-"))
+    weights = compute if dtype.startswith("pure-") or dtype == "float32" else torch.float32
+    return Precision(weights, compute)
+
+
+def precision_kwargs(dtype: str, device: str) -> dict:
+    """``load_policy``'s ``dtype`` and ``compute_dtype`` for ``--dtype`` on ``device``."""
+    precision = resolve_precision(dtype, device)
+    return {"dtype": precision.weights,
+            "compute_dtype": precision.compute if precision.mixed else None}
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """The dtype the weights are stored and updated in (``resolve_precision``)."""
+    return resolve_precision(dtype, device).weights
 
 
 def place(policy: Policy, device: str, dtype: str = "auto") -> Policy:
-    """Move ``policy`` to ``device`` (``"auto"`` resolved) in ``dtype``."""
+    """Move ``policy`` to ``device`` (``"auto"`` resolved) in ``dtype``'s precision."""
     device = resolve_device(device)
-    policy.model.to(device=device, dtype=resolve_dtype(dtype, device))
+    precision = resolve_precision(dtype, device)
+    policy.model.to(device=device, dtype=precision.weights)
+    policy.compute_dtype = precision.compute if precision.mixed else None
     return policy
 
 
 def load_policy(name_or_path: str, *, device: str = "cpu",
-                dtype: torch.dtype | str | None = None) -> Policy:
+                dtype: torch.dtype | str | None = None,
+                compute_dtype: torch.dtype | None = None) -> Policy:
     """Load any Hugging Face causal LM and its tokenizer by hub name or local path, a
     .gguf file or a known source (``srpo_agents.models.sources``), or a folder of role
     adapters (``srpo_agents.models.adapters``) with its base.
 
-    ``dtype=None`` keeps the checkpoint's stored dtype ("auto"). A tokenizer without a pad
+    ``dtype=None`` keeps the checkpoint's stored dtype ("auto"); ``compute_dtype``: the
+    forward's under autocast (mixed precision; ``resolve_precision``). A tokenizer without a pad
     token gets its EOS token as pad: pad positions are always masked, and both are dropped
     by ``decode``, so reusing the id is harmless.
     """
@@ -220,7 +277,9 @@ def load_policy(name_or_path: str, *, device: str = "cpu",
 
     name_or_path = resolve_model(str(name_or_path))  # a .gguf or known source: a folder
     if is_adapter_folder(name_or_path):  # a base and one LoRA adapter per role
-        return _load_role_adapters(Path(name_or_path), device=device, dtype=dtype)
+        policy = _load_role_adapters(Path(name_or_path), device=device, dtype=dtype)
+        policy.compute_dtype = compute_dtype
+        return policy
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
@@ -230,7 +289,8 @@ def load_policy(name_or_path: str, *, device: str = "cpu",
     model = AutoModelForCausalLM.from_pretrained(
         name_or_path, dtype=dtype if dtype is not None else "auto")
     model.to(device)
-    return Policy(model=model, tokenizer=tokenizer, name=str(name_or_path))
+    return Policy(model=model, tokenizer=tokenizer, name=str(name_or_path),
+                  compute_dtype=compute_dtype)
 
 
 def _load_role_adapters(path: Path, *, device: str = "cpu", dtype=None) -> Policy:
@@ -262,7 +322,7 @@ class PretrainedSource:
     def prepare(self, config, run_dir: Path, log) -> tuple:
         device = resolve_device(config.device)
         return load_policy(config.model, device=device,
-                           dtype=resolve_dtype(config.dtype, device)), {}
+                           **precision_kwargs(config.dtype, device)), {}
 
     @staticmethod
     def rank_options(config) -> dict:

@@ -146,7 +146,7 @@ class HFGenerator:
         was_training = model.training
         model.eval()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), self.policy.autocast():
                 for setting, rows in _groups(sampling, len(prompts), self.default):
                     order = sorted(rows, key=lambda i: len(prompts[i]))
                     for start in range(0, len(order), self.max_batch):
@@ -376,7 +376,9 @@ class VLLMGenerator:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         vllm = import_vllm()
         self.policy = policy
-        dtype = str(policy.model.dtype).removeprefix("torch.")
+        # the engine computes in the run's precision: bfloat16 under mixed precision, not
+        # the learner's float32 master weights
+        dtype = str(policy.compute_dtype or policy.model.dtype).removeprefix("torch.")
         lora: dict = {}
         self._adapters = None
         if policy.adapter_roles:  # the base in the engine, the roles' adapters as LoRAs
@@ -426,7 +428,11 @@ class VLLMGenerator:
             self._write_adapters(reload=True)
             self.llm.reset_prefix_cache()
             return
-        weights = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
+        # in the engine's dtype: bfloat16 copies of float32 master weights (mixed precision)
+        engine_dtype = self.policy.compute_dtype
+        weights = [(name, tensor.detach().to(engine_dtype)
+                    if engine_dtype is not None and tensor.is_floating_point()
+                    else tensor.detach()) for name, tensor in model.state_dict().items()]
         if importlib.util.find_spec("vllm.model_executor.model_loader.reload") is not None:
             # vLLM with in-place reloading (0.3x): after the first load a model's
             # parameters lose the loaders that ``load_weights`` calls; the worker's

@@ -149,10 +149,7 @@ class RolloutProcess:
 
 
 def _cpu_copy(policy):
-    from srpo_agents.models.policy import Policy
-
-    model = copy.deepcopy(policy.model).to("cpu")
-    return Policy(model=model, tokenizer=policy.tokenizer, name=policy.name)
+    return policy.copy_with(copy.deepcopy(policy.model).to("cpu"))
 
 
 def _serve(conn, config: dict, policy, role_policies: dict[str, Any], pool_size: int,

@@ -189,10 +189,7 @@ class RayRolloutEngine:
 
 def _cpu_copy(policy):
     """A copy of ``policy`` on the CPU to ship to the workers."""
-    from srpo_agents.models.policy import Policy
-
-    model = copy.deepcopy(policy.model).to("cpu")
-    return Policy(model=model, tokenizer=policy.tokenizer, name=policy.name)
+    return policy.copy_with(copy.deepcopy(policy.model).to("cpu"))
 
 
 class RayProducer:

@@ -150,6 +150,11 @@ class TrainingRun:
         if rank:
             torch.distributed.barrier()  # rank 0 builds (or finds) the warm start first
         policy, warm = prepare_policy(config, run_dir, log)
+        if config.dtype.startswith("pure-"):
+            log(f"dtype {config.dtype}: the weights and the AdamW state are 16-bit, so most "
+                f"small updates round away (metrics.jsonl's update_to_weight shows how "
+                f"much moved); --dtype {config.dtype.removeprefix('pure-')} keeps float32 "
+                f"master weights")
         if config.data_parallel and not rank:
             torch.distributed.barrier()
         algorithm = ALGORITHMS[config.algo]
@@ -169,8 +174,8 @@ class TrainingRun:
                                           alpha=config.lora_alpha, targets=config.lora_targets)
         role_policies = {}
         if config.per_role_policies:
-            role_policies = {role: Policy(copy.deepcopy(policy.model), policy.tokenizer,
-                                          f"{policy.name}#{role}") for role in roles}
+            role_policies = {role: policy.copy_with(copy.deepcopy(policy.model),
+                                                    f"{policy.name}#{role}") for role in roles}
         engine = make_engine(config, policy, role_policies)
         rollout = engine
         if config.rollout_workers:

@@ -74,12 +74,12 @@ def warm_start_job(config: TrainConfig) -> dict:
 
 
 def _engine(config: TrainConfig, model: str):
-    from srpo_agents.models.policy import load_policy, resolve_device, resolve_dtype
+    from srpo_agents.models.policy import load_policy, precision_kwargs, resolve_device
     from srpo_agents.running.train import make_engine
 
     device = resolve_device(config.device)
     return make_engine(config, load_policy(model, device=device,
-                                           dtype=resolve_dtype(config.dtype, device)))
+                                           **precision_kwargs(config.dtype, device)))
 
 
 def benchmark_results(config: TrainConfig, engine, names: str, tasks: int) -> dict:
