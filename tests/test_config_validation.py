@@ -102,7 +102,7 @@ def test_a_config_json_from_before_the_sections_still_loads():
     assert {k: loaded[k] for k in recorded} == recorded
     new = {"weight_decay": 0.0, "max_staleness": 0, "proximal": "recompute",
            "behaviour_correction": "truncate", "behaviour_cap": 3.0, "report_to": [],
-           "role_sampling": {}, "eval_temperature": None}
+           "role_sampling": {}, "eval_temperature": None, "pi_old": "auto"}
     assert {k: loaded[k] for k in set(loaded) - set(recorded)} == new
     # each field is declared in exactly one section
     names = [f.name for section in SECTIONS for f in dataclasses.fields(section)]
@@ -121,5 +121,6 @@ def test_the_learner_section_has_one_bound_per_field():
         with pytest.raises(ValueError) as whole:
             TrainConfig(**bad)
         assert str(alone.value) == str(whole.value), bad
-    config = TrainConfig(lr=3e-4, eps_high=0.28)
-    assert config.learner() == LearnerConfig(lr=3e-4, eps_high=0.28)
+    config = TrainConfig(lr=3e-4, eps_high=0.28, device="cpu")
+    # "auto" decided for the run: hf in float32 in this process samples as the learner
+    assert config.learner() == LearnerConfig(lr=3e-4, eps_high=0.28, pi_old="sampler")

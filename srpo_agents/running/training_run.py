@@ -248,6 +248,16 @@ class TrainingRun:
         return bar(self.config.steps, "srpo train", "step", self.start_step,
                    range(self.start_step, self.config.steps))
 
+    def memory_peak_gb(self) -> float:
+        """The run's peak memory so far, GiB: the accelerator's allocations on CUDA, else
+        the process's resident set."""
+        device = next(iter(self.policies.values())).model.device
+        if device.type == "cuda":
+            return torch.cuda.max_memory_allocated(device) / 2**30
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
     def _options(self, step: int) -> list[dict]:
         """Step ``step``'s episodes: freshly drawn tasks, each ``group_size`` times."""
         config = self.config
@@ -421,7 +431,7 @@ class TrainingRun:
                    "after": after, "difference": difference,
                    "time_breakdown": time_breakdown(self.metrics_path, self.warm,
                                                     self.eval_seconds, wall),
-                   "wall_time_s": wall}
+                   "wall_time_s": wall, "memory_peak_gb": self.memory_peak_gb()}
         write_json_atomic(self.run_dir / "summary.json", summary)
         title = f"{config.env} {config.workflow} {config.algo}"
         try:
