@@ -79,6 +79,30 @@ def test_kl_gradient_and_figures_do_not_depend_on_microbatch_rows(tiny_dir, algo
         assert figures_split[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
 
 
+def test_the_reference_is_scored_once_per_update(tiny_dir):
+    """Two epochs of several mini-batches: the frozen reference scores each row once,
+    not once per micro-batch and epoch (it does not change within an update)."""
+    units, _ = build_units(play(load_policy(str(tiny_dir)), PARALLEL), "set")
+    policy = load_policy(str(tiny_dir))
+    learner = Learner(policy, ALGORITHMS["srpo"],
+                      LearnerConfig(lr=1e-2, beta=0.5, epochs=2, minibatch_units=3,
+                                    microbatch_rows=4))
+    scored = []
+    score = learner.response_logprobs
+
+    def counting(model, samples, *args, **kwargs):
+        if model is learner.reference:
+            scored.extend(id(s) for s in samples)
+        return score(model, samples, *args, **kwargs)
+
+    learner.response_logprobs = counting
+    figures = learner.update(units, alternating(units))
+    rows = sum(u.size for u in units)
+    assert figures["updates"] >= 4 and "kl" in figures
+    assert sorted(scored) == sorted({id(m) for u in units for m in u.members})
+    assert len(scored) == rows
+
+
 def tiny_gpt2(tiny_dir, dropout=0.1):
     """A two-layer GPT-2 with dropout everywhere, on the tiny character tokenizer."""
     from transformers import GPT2Config, GPT2LMHeadModel

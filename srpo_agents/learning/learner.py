@@ -14,7 +14,9 @@ Deliberate choices:
   without changing the objective;
 - the KL term is k3 = exp(ref - logp) - (ref - logp) - 1 with weight ``beta``, averaged
   at the loss's own level (``objective.reference_kl``: per unit for unit losses, per
-  token for token-mean losses), so the same micro-batch weights make it exact too;
+  token for token-mean losses), so the same micro-batch weights make it exact too; the
+  reference scores each row once per update (``_reference_logprobs``), not once per
+  micro-batch of every epoch;
 - every reported figure is the mean over the update's mini-batches of that mini-batch's
   figure, computed as if it were one batch: ``loss``, ``kl``, ``clip_fraction`` and
   ``ratio_mean`` at the loss's level (units or tokens), ``approx_kl`` over tokens,
@@ -83,6 +85,7 @@ class Learner:
         self.loss_config = LossConfig(config.eps_low, config.eps_high, algorithm.kappa,
                                       config.behaviour_correction, config.behaviour_cap)
         self._proximal: dict[int, list[float]] = {}  # id(sample) -> pi_prox log-probs
+        self._reference_cache: dict[int, list[float]] = {}  # id(sample) -> reference
         # pi_old from the learner: for off-policy data (asynchronous SRPO) as ``proximal``
         # says; for fresh data when the sampler's numerics are not the learner's
         # (``pi_old``; "auto" here knows only the policy: 16-bit compute is never exact)
@@ -254,6 +257,23 @@ class Learner:
                 for row, sample in zip(logp.tolist(), samples, strict=True):
                     self._proximal[id(sample)] = row[:len(sample.response_ids)]
 
+    def _reference_logprobs(self, samples: list[Sample]) -> torch.Tensor:
+        """[R, T] log-probs of the frozen reference (the KL term's), each row scored once
+        per update: the first micro-batch that holds it scores it, later epochs reuse
+        it (the reference does not change within an update)."""
+        if any(id(s) not in self._reference_cache for s in samples):
+            with torch.no_grad():
+                if self.base_reference:
+                    with self.policy.model.disable_adapter():
+                        ref, _, _ = self.response_logprobs(self.policy.model, samples,
+                                                           plain=True)
+                else:
+                    ref, _, _ = self.response_logprobs(self.reference, samples)
+            for row, sample in zip(ref.tolist(), samples, strict=True):
+                self._reference_cache.setdefault(id(sample), row[:len(sample.response_ids)])
+        return _pad([self._reference_cache[id(s)] for s in samples], 0.0,
+                    torch.float32).to(self.device)
+
     def _loss(self, micro: UnitBatch, with_entropy: bool):
         """The micro-batch's loss (KL term included) and its figures, each a mean at the
         level named in ``update``; plus its response tokens."""
@@ -285,13 +305,7 @@ class Learner:
         if entropy is not None:
             figures["entropy"] = float(entropy.sum() / max(tokens, 1.0))
         if self.reference is not None or self.base_reference:
-            with torch.no_grad():
-                if self.base_reference:
-                    with self.policy.model.disable_adapter():
-                        ref, _, _ = self.response_logprobs(self.policy.model, samples,
-                                                           plain=True)
-                else:
-                    ref, _, _ = self.response_logprobs(self.reference, samples)
+            ref = self._reference_logprobs(samples) * mask
             kl = reference_kl(logp, ref, mask, unit_index, len(micro), self.normalizer)
             loss = loss + self.config.beta * kl
             figures["kl"] = float(kl.detach())
@@ -315,7 +329,7 @@ class Learner:
         try:
             return self._update(units, advantages)
         finally:
-            self._proximal = {}
+            self._proximal, self._reference_cache = {}, {}
             model.train(was_training)
 
     def _update(self, units: list[ActionUnit], advantages: np.ndarray) -> dict[str, float]:

@@ -130,13 +130,20 @@ def policy_dir(run_dir: Path, name: str) -> Path:
     return Path(run_dir) / ("policy" if name == SHARED else f"policy-{name}")
 
 
+def _host_copy(value: torch.Tensor) -> torch.Tensor:
+    """A tensor's own copy in host memory, made by one device-to-host copy (a clone on
+    the GPU first would hold a second copy of the weights and AdamW state there). Always
+    a copy: tied weights share storage, which safetensors refuses to write."""
+    return value.detach().to("cpu", copy=True).contiguous()
+
+
 def _optimizer_parts(name: str, optimizer) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     state = optimizer.state_dict()
     tensors, plain_state = {}, {}
     for pid, fields in state["state"].items():
         for key, value in fields.items():
             if isinstance(value, torch.Tensor):
-                tensors[f"optimizer/{name}/{pid}/{key}"] = value.detach().clone().contiguous()
+                tensors[f"optimizer/{name}/{pid}/{key}"] = _host_copy(value)
             else:
                 plain_state.setdefault(str(pid), {})[key] = value
     return {"state": plain_state, "param_groups": _jsonable(state["param_groups"])}, tensors
@@ -209,8 +216,7 @@ def save_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict
         state = (trainable_state(policy) if policy.adapter_roles
                  else policy.model.state_dict())
         for key, value in state.items():
-            # clones: tied weights share storage, which safetensors refuses to write
-            tensors[f"model/{name}/{key}"] = value.detach().clone().contiguous()
+            tensors[f"model/{name}/{key}"] = _host_copy(value)
     optim_plain = {}
     for name, optimizer in optimizers.items():
         optim_plain[name], optim_tensors = _optimizer_parts(name, optimizer)
