@@ -68,6 +68,35 @@ from srpo_agents.models.policy import Policy
 from srpo_agents.rollout.engine import Sample
 from srpo_agents.rollout.generation import cache_kwarg
 
+LOGPROB_ROWS = 4
+"""Rows per chunk of ``token_logprobs``: the full-vocabulary temporaries of one chunk are
+what it holds at a time."""
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor,
+                   temperature: float | torch.Tensor, with_entropy: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(logits / temperature) at ``targets`` ([R, T]), and the tempered
+    distribution's entropy (no gradient) when asked, without a full [R, T, V]
+    log-softmax: z[target] - logsumexp(z), a few rows at a time. With a real vocabulary
+    (SmolLM2: 49,152; Qwen: 151,936) the log-softmax, its exponent and the tempered copy
+    were each as large as the logits; here autograd keeps one tempered copy (none at
+    temperature 1, where z is a view of the logits) and the rest lives per chunk."""
+    logps, entropies = [], []
+    for start in range(0, logits.shape[0], LOGPROB_ROWS):
+        rows = slice(start, start + LOGPROB_ROWS)
+        z = logits[rows].float()
+        t = temperature[rows] if isinstance(temperature, torch.Tensor) else temperature
+        if isinstance(t, torch.Tensor) or t != 1.0:
+            z = z / t
+        lse = torch.logsumexp(z, dim=-1)
+        logps.append(z.gather(-1, targets[rows].unsqueeze(-1)).squeeze(-1) - lse)
+        if with_entropy:
+            with torch.no_grad():
+                p = torch.exp(z - lse.unsqueeze(-1))
+                entropies.append(lse - (p * z).sum(dim=-1))
+    return torch.cat(logps), torch.cat(entropies) if with_entropy else None
+
 
 def _pad(rows: list[list], value, dtype) -> torch.Tensor:
     width = max(len(r) for r in rows)
@@ -141,17 +170,13 @@ class Learner:
                 prompt_roles = [key[1] for key in distinct] if adapters else None
                 logits = self._shared_prompt_logits(model, [key[0] for key in distinct],
                                                     source, samples, prompt_roles, roles)
-        logp_all = torch.log_softmax(logits.float() / self._temperatures(samples), dim=-1)
         targets = _pad([s.response_ids for s in samples], self.policy.pad_token_id,
                        torch.long).to(self.device)
         mask = _pad([[1.0] * len(s.response_ids) for s in samples], 0.0,
                     torch.float32).to(self.device)
-        logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * mask
-        entropy = None
-        if with_entropy:
-            with torch.no_grad():
-                entropy = -(logp_all.exp() * logp_all).sum(dim=-1) * mask
-        return logp, mask, entropy
+        logp, entropy = token_logprobs(logits, targets, self._temperatures(samples),
+                                       with_entropy)
+        return logp * mask, mask, None if entropy is None else entropy * mask
 
     def _temperatures(self, samples: list[Sample]) -> float | torch.Tensor:
         """What each row's logits are divided by: the temperature it was sampled at
