@@ -240,6 +240,11 @@ class RolloutConfig:
     training on a cut-off text (srpo_agents.rollout.engine). The tokens still count as cost."""
     backend: str = "hf"
     """Rollout backend: hf or vllm."""
+    vllm_gpu_memory: float = 0.3
+    """--backend vllm on a GPU: the share of the GPU's memory its engines take, together,
+    beside the learner in the same process (TRL's vllm_gpu_memory_utilization), split
+    evenly between the engines (one per role with --per-role-policies). vLLM's own
+    default, 0.9, leaves the learner no room. Unused on the CPU."""
     rollout_workers: int = 0
     """Training rollouts on this many Ray actors (extra ray; srpo_agents.rollout.ray_engine); 0
     plays them in this process and imports nothing of Ray."""
@@ -257,6 +262,11 @@ class RolloutConfig:
             raise ValueError(f"backend={self.backend!r}: expected 'hf' or 'vllm'")
         _int(self, "max_new_tokens", 1)
         check_role_sampling(self.role_sampling)
+        share = self.vllm_gpu_memory
+        if not (isinstance(share, int | float) and not isinstance(share, bool)
+                and 0 < share < 1):
+            raise ValueError(f"vllm_gpu_memory={share!r}: expected a share of the GPU's "
+                             f"memory in (0, 1)")
         _int(self, "rollout_workers", 0)
         if self.ray_address and not self.rollout_workers:
             raise ValueError(f"ray_address={self.ray_address!r} needs rollout_workers >= 1")

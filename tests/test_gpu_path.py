@@ -113,3 +113,30 @@ def test_mixed_bfloat16_moves_the_weights_a_float32_step_moves(math_tiny_dir):
     assert abs(ratio_mixed - ratio32) <= 0.1 * ratio32
     # what "pure-bfloat16" (the old bfloat16) costs, measured the same way
     assert _moved(before_pure, pure) < 0.5 * moved32 and ratio_pure < 0.5 * ratio32
+
+
+def test_vllm_engines_share_the_gpu_memory_beside_the_learner(monkeypatch):
+    """On a GPU each vLLM engine asks for its share of ``--vllm-gpu-memory`` (vLLM's own
+    0.9 per engine left the learner nothing, and per-role engines asked for 0.9 each).
+    The engines are stand-ins here: only a GPU runs vLLM's CUDA engine."""
+    from types import SimpleNamespace
+
+    from srpo_agents.rollout import engine as engine_module
+    from srpo_agents.rollout.generation import _device_kwargs
+
+    on_gpu = SimpleNamespace(model=SimpleNamespace(
+        parameters=lambda: iter([torch.empty(1, device="meta")])))
+    assert _device_kwargs(on_gpu, 0.15) == {"gpu_memory_utilization": 0.15}
+    asked = []
+
+    class Engine:
+        def __init__(self, policy, **kwargs):
+            asked.append(kwargs.get("gpu_memory"))
+
+    monkeypatch.setitem(engine_module.BACKENDS, "vllm", Engine)
+    policy = SimpleNamespace(model=None)
+    engine_module.RolloutEngine(policy, backend="vllm", vllm_gpu_memory=0.6,
+                                role_policies={"solver": policy, "verifier": policy})
+    assert asked == pytest.approx([0.2, 0.2, 0.2])
+    with pytest.raises(ValueError, match="vllm_gpu_memory=1.2: expected a share"):
+        TrainConfig(model="x", vllm_gpu_memory=1.2)

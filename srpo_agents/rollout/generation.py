@@ -335,6 +335,11 @@ def reserved_layer_type():
     return ReservedLayer
 
 
+DEFAULT_GPU_MEMORY = 0.3
+"""The share of a GPU's memory that one vLLM engine takes beside the learner when nothing
+says otherwise (``--vllm-gpu-memory`` splits the run's share between its engines)."""
+
+
 class VLLMGenerator:
     """Sampling with a ``vllm.LLM`` engine built from ``policy.name`` (vLLM >= 0.10.2).
 
@@ -367,7 +372,8 @@ class VLLMGenerator:
     """
 
     def __init__(self, policy: Policy, *, max_new_tokens: int, temperature: float,
-                 top_p: float, max_batch: int, seed: int):
+                 top_p: float, max_batch: int, seed: int,
+                 gpu_memory: float = DEFAULT_GPU_MEMORY):
         if not {"VLLM_ENABLE_V1_MULTIPROCESSING",
                 "VLLM_ALLOW_INSECURE_SERIALIZATION"} & set(os.environ):
             # sync_weights hands the learner's tensors to the engine: in-process that is
@@ -392,7 +398,7 @@ class VLLMGenerator:
         model = policy.base_name if policy.adapter_roles else policy.name
         self.llm = vllm.LLM(model=model, tokenizer=model, dtype=dtype, seed=seed,
                             max_num_seqs=max_batch, logprobs_mode="processed_logprobs",
-                            **lora, **_device_kwargs(policy))
+                            **lora, **_device_kwargs(policy, gpu_memory))
         self.default = Sampling(temperature, top_p, max_new_tokens)
         self._params: dict[Sampling, object] = {}
         self.params = self.params_for(self.default)
@@ -492,12 +498,14 @@ the machine's memory minus what the process already holds, so its default refuse
 start beside anything else, and a second engine in one process finds nothing left."""
 
 
-def _device_kwargs(policy: Policy) -> dict:
+def _device_kwargs(policy: Policy, gpu_memory: float = DEFAULT_GPU_MEMORY) -> dict:
     """vLLM engine arguments for where the policy lives: on the CPU an explicit KV-cache
     size and eager mode (no graph capture or compilation, which costs start-up time on
-    the CPU and buys nothing at these sizes); on a GPU vLLM's defaults."""
+    the CPU and buys nothing at these sizes); on a GPU the engine's share of the GPU's
+    memory (``gpu_memory_utilization``: vLLM's own default, 0.9, leaves the learner in the
+    same process no room for its weights, AdamW state and activations)."""
     if next(policy.model.parameters()).device.type != "cpu":
-        return {}
+        return {"gpu_memory_utilization": gpu_memory}
     _shield_llvmlite()
     gib = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or CPU_KV_CACHE_GIB)
     return {"kv_cache_memory_bytes": int(gib * 2**30), "enforce_eager": True}
