@@ -331,9 +331,8 @@ def cut_off_note(result: dict, max_new_tokens: int) -> str:
             f"them finish, and takes longer)")
 
 
-def _check_positive(args: argparse.Namespace, *names: str) -> None:
-    for name in names:
-        value = getattr(args, name)
+def _check_positive(**values) -> None:
+    for name, value in values.items():
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"--{name.replace('_', '-')}={value!r}: expected an int >= 1")
 
@@ -435,14 +434,16 @@ an episode in 1 to 7 s (docs/training.md), so 100 episodes take minutes; 500 tas
 the size of the project's paired comparisons, for a GPU or a long run."""
 
 
+EVAL_CHUNK = 16
+"""Episodes ``srpo eval`` plays at once on the CPU."""
+
+
 def eval_sizes(args: argparse.Namespace, device: str) -> tuple[int, int]:
     """(tasks, k) of ``srpo eval``: the typed flags, else ``EVAL_SIZES`` for the device."""
     tasks, k = EVAL_SIZES["cpu" if device == "cpu" else "accelerator"]
     tasks = tasks if args.tasks is None else args.tasks
     k = k if args.k is None else args.k
-    for name, value in (("tasks", tasks), ("k", k)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"--{name}={value!r}: expected an int >= 1")
+    _check_positive(tasks=tasks, k=k)
     return tasks, k
 
 
@@ -454,7 +455,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     tasks, k = eval_sizes(args, device)
     config, engine = load_engine(args, eval_tasks=tasks, eval_k=k)
-    sized = [] if args.tasks is None and args.k is None else ["typed"]
+    sized = args.tasks is not None or args.k is not None
     print(f"srpo eval: {eval_title(config, tasks, k, args.checkpoint)} = {tasks * k} "
           f"episodes per set on {device}"
           + ("" if sized else f" (the defaults for {device}: --tasks and --k change them)"),
@@ -488,16 +489,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-EVAL_CHUNK = 16
-"""Episodes ``srpo eval`` plays at once on the CPU."""
-
-
 def cmd_rollout(args: argparse.Namespace) -> int:
     from srpo_agents.rollout.envs import env_factory
     from srpo_agents.rollout.files import write_rollouts
     from srpo_agents.running.train import eval_pool
 
-    _check_positive(args, "tasks")
+    _check_positive(tasks=args.tasks)
     config, engine = load_engine(args)
     split = "test" if args.held_out else "train"
     make = env_factory(config, split, engine.policy.count_tokens)

@@ -269,33 +269,39 @@ class Learner:
             rows += size
         return [batch.subset(index) for index in groups + ([current] if current else [])]
 
+    def _rows_without_grad(self, samples: list[Sample], model=None, plain: bool = False
+                           ) -> list[list[float]]:
+        """Each sample's response log-probs under ``model`` (default: the policy), no
+        gradient, one list per sample."""
+        with torch.no_grad():
+            logp, _, _ = self.response_logprobs(model or self.policy.model, samples,
+                                                plain=plain)
+        return [row[:len(s.response_ids)] for row, s in zip(logp.tolist(), samples,
+                                                            strict=True)]
+
     def _score_proximal(self, micros: list[UnitBatch]) -> None:
         """pi_prox (pi_old): every sample's log-probs under the weights the update starts
         from, without gradients, in ``micros``: the first epoch's own micro-batches, so
         that the same rows in the same shapes give the first optimizer step a ratio of
         exactly 1."""
         self._proximal = {}
-        with torch.no_grad():
-            for micro in micros:
-                samples = micro.samples
-                logp, _, _ = self.response_logprobs(self.policy.model, samples)
-                for row, sample in zip(logp.tolist(), samples, strict=True):
-                    self._proximal[id(sample)] = row[:len(sample.response_ids)]
+        for micro in micros:
+            samples = micro.samples
+            self._proximal.update(zip(map(id, samples), self._rows_without_grad(samples),
+                                      strict=True))
 
     def _reference_logprobs(self, samples: list[Sample]) -> torch.Tensor:
         """[R, T] log-probs of the frozen reference (the KL term's), each row scored once
         per update: the first micro-batch that holds it scores it, later epochs reuse
         it (the reference does not change within an update)."""
         if any(id(s) not in self._reference_cache for s in samples):
-            with torch.no_grad():
-                if self.base_reference:
-                    with self.policy.model.disable_adapter():
-                        ref, _, _ = self.response_logprobs(self.policy.model, samples,
-                                                           plain=True)
-                else:
-                    ref, _, _ = self.response_logprobs(self.reference, samples)
-            for row, sample in zip(ref.tolist(), samples, strict=True):
-                self._reference_cache.setdefault(id(sample), row[:len(sample.response_ids)])
+            if self.base_reference:  # the base: the role adapters switched off
+                with self.policy.model.disable_adapter():
+                    rows = self._rows_without_grad(samples, plain=True)
+            else:
+                rows = self._rows_without_grad(samples, self.reference)
+            for sample, row in zip(samples, rows, strict=True):
+                self._reference_cache.setdefault(id(sample), row)
         return _pad([self._reference_cache[id(s)] for s in samples], 0.0,
                     torch.float32).to(self.device)
 
@@ -425,9 +431,6 @@ class Learner:
                 self.optimizer.step()
         if world > 1:
             sums, maxima = _combine_figures(sums, maxima)
-        if not self._proximal:  # pi_old is the sampler's: the weight is 1 everywhere
-            for key, value in NO_BEHAVIOUR_WEIGHT.items():
-                sums[key] = value * len(grad_norms)
         ratio = update_to_weight(trainable, start)
         entropy = sums.pop("entropy_sum") / max(sums.pop("entropy_tokens"), 1.0)
         out = {k: v / len(grad_norms) for k, v in sums.items()}
@@ -436,6 +439,8 @@ class Learner:
                    update_to_weight=ratio,
                    grad_norm_cv=float(norms.std() / norms.mean()) if norms.mean() > 0 else 0.0,
                    entropy=entropy)
+        if not self._proximal:  # pi_old is the sampler's: the weight is 1 everywhere
+            out.update(NO_BEHAVIOUR_WEIGHT)
         if world == 1:  # a rank's own share is not the mini-batch's figure
             out["clip_fraction_by_update"] = clip_by_update
         # every path logs the same keys (a run's rows and trackers keep one schema)
@@ -452,10 +457,13 @@ def update_to_weight(parameters: list[torch.Tensor], start: list[torch.Tensor]) 
     """||theta - theta_start|| / ||theta_start|| over ``parameters``, summed in float64:
     how far an update moved the weights, relative to their size. Near 1e-5 an lr 1e-5 AdamW
     step took; near 0 the step rounded away (16-bit weights)."""
-    moved = sum(float((p.detach().double() - s.double()).pow(2).sum())
-                for p, s in zip(parameters, start, strict=True))
-    size = sum(float(s.double().pow(2).sum()) for s in start)
-    return (moved / size) ** 0.5 if size > 0 else 0.0
+    if not start:
+        return 0.0
+    # summed where the weights live, read once (not one host sync per parameter)
+    moved = torch.stack([(p.detach().double() - s.double()).pow(2).sum()
+                         for p, s in zip(parameters, start, strict=True)]).sum()
+    size = torch.stack([s.double().pow(2).sum() for s in start]).sum()
+    return float((moved / size).sqrt()) if float(size) > 0 else 0.0
 
 
 def _rank_and_world(data_parallel: bool) -> tuple[int, int]:

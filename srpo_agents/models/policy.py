@@ -214,6 +214,11 @@ class Precision:
     def mixed(self) -> bool:
         return self.weights != self.compute
 
+    @property
+    def autocast(self) -> torch.dtype | None:
+        """``Policy.compute_dtype``: the compute dtype when it is not the weights'."""
+        return self.compute if self.mixed else None
+
 
 def resolve_device(device: str) -> str:
     """``"auto"``: CUDA when a GPU is present, else the CPU; anything else as given."""
@@ -240,8 +245,7 @@ def resolve_precision(dtype: str, device: str) -> Precision:
 def precision_kwargs(dtype: str, device: str) -> dict:
     """``load_policy``'s ``dtype`` and ``compute_dtype`` for ``--dtype`` on ``device``."""
     precision = resolve_precision(dtype, device)
-    return {"dtype": precision.weights,
-            "compute_dtype": precision.compute if precision.mixed else None}
+    return {"dtype": precision.weights, "compute_dtype": precision.autocast}
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
@@ -254,7 +258,7 @@ def place(policy: Policy, device: str, dtype: str = "auto") -> Policy:
     device = resolve_device(device)
     precision = resolve_precision(dtype, device)
     policy.model.to(device=device, dtype=precision.weights)
-    policy.compute_dtype = precision.compute if precision.mixed else None
+    policy.compute_dtype = precision.autocast
     return policy
 
 

@@ -33,7 +33,6 @@ import random
 import re
 import shlex
 import sys
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any
 
 from srpo_agents.running.benchmark_sets import DATA_DIR_VARIABLE, fetched_data_dir
 from srpo_envs import registry
+from srpo_envs.retrieval.cache import atomic_write  # stdlib only: tmp, fsync, replace
 
 INSTALL_HINT = "pip install 'srpo[data]'"
 SAMPLE_SEED = 0
@@ -337,17 +337,8 @@ def sample(records: list[Record], keep: int | None) -> list[Record]:
 
 def write_jsonl(path: Path, records: list[Record]) -> None:
     """One JSON object per line, UTF-8, written whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
-                                         suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            for record in records:
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    data = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+    atomic_write(path, lambda handle: handle.write(data.encode("utf-8")))
 
 
 def _count_rows(path: Path) -> int:
