@@ -132,21 +132,31 @@ def test_progress_writes_lines_where_there_is_no_terminal():
 
 
 def test_a_terminal_of_zero_columns_still_gets_a_visible_bar(monkeypatch):
-    """A fresh pseudo-terminal reports 0 columns (``script``, some CI shells): tqdm drew
-    an empty bar there, with no percentage or ETA. (Run by hand: ``script -q -c "srpo
+    """A fresh pseudo-terminal reports 0 x 0 (``script``, some CI shells): tqdm hid the
+    bar there (past the terminal's 0 lines), with no percentage or ETA. (Run by hand: ``script -q -c "srpo
     train --quick --model tiny" /dev/null`` shows the bars now.)"""
     import io
     import os
+
+    import tqdm.std
 
     class Terminal(io.StringIO):
         def isatty(self):
             return True
 
-    stream = Terminal()
-    monkeypatch.setattr(sys, "stderr", stream)
+    # what tqdm makes of such a terminal (its size less one), and what os reports for it
+    monkeypatch.setattr(tqdm.std, "_screen_shape_wrapper", lambda: lambda fp: (-1, -1))
     monkeypatch.setattr(os, "get_terminal_size", lambda *_: os.terminal_size((0, 0)))
     monkeypatch.delenv("COLUMNS", raising=False)
-    assert progress.is_terminal() and progress.terminal_columns() == 100
+    plain = Terminal()  # the control: tqdm on its own draws nothing there
+    monkeypatch.setattr(sys, "stderr", plain)
+    bare = tqdm.std.tqdm(total=4, desc="srpo train")
+    bare.update(2)
+    bare.close()
+    assert "50%" not in plain.getvalue() and plain.getvalue().strip() == ""
+    stream = Terminal()
+    monkeypatch.setattr(sys, "stderr", stream)
+    assert progress.is_terminal() and progress.terminal_size() == (100, 20)
     shown = progress.bar(4, "srpo train", "step")
     shown.update(2)
     shown.close()

@@ -1,9 +1,10 @@
 """Progress on the console: a bar with an ETA in a terminal, a line now and then elsewhere.
 
 tqdm's own ``disable=None`` hides the bar when stderr is not a terminal, which is right
-for logs. But a pseudo-terminal that reports 0 columns (``script``, some CI runners and
-container shells) made tqdm draw a bar of width 0: an empty line per update and no ETA.
-``bar`` falls back to the ``COLUMNS`` variable or 100 columns there.
+for logs. But a pseudo-terminal that reports a size of 0 x 0 (``script``, some CI runners
+and container shells) made tqdm hide the bar (it sits past the terminal's 0 lines): an
+empty line per update and no ETA. ``bar`` falls back to ``COLUMNS``/``LINES`` or 100 x 20
+there.
 """
 
 from __future__ import annotations
@@ -25,22 +26,24 @@ def is_terminal(stream=None) -> bool:
         return False
 
 
-def terminal_columns() -> int:
-    """The terminal's width; 100 where it reports none (0 columns)."""
+def terminal_size() -> tuple[int, int]:
+    """The terminal's (columns, lines); 100 columns and 20 lines where it reports none."""
     try:
-        columns = os.get_terminal_size(sys.stderr.fileno()).columns
+        columns, lines = os.get_terminal_size(sys.stderr.fileno())
     except (AttributeError, ValueError, OSError):
-        columns = 0
-    return columns or shutil.get_terminal_size((100, 20)).columns or 100
+        columns = lines = 0
+    fallback = shutil.get_terminal_size((100, 20))
+    return columns or fallback.columns or 100, lines or fallback.lines or 20
 
 
 def bar(total: int | None = None, desc: str = "", unit: str = "it", initial: int = 0,
         iterable=None) -> tqdm:
-    """A tqdm bar on stderr, shown only in a terminal, never 0 columns wide."""
+    """A tqdm bar on stderr, shown only in a terminal, never 0 columns wide nor hidden
+    below a terminal of 0 lines (tqdm hides a bar past the terminal's last line)."""
     shown = is_terminal()
+    columns, lines = terminal_size() if shown else (None, None)
     return tqdm(iterable, total=total, desc=desc, unit=unit, initial=initial,
-                disable=not shown, ncols=terminal_columns() if shown else None,
-                dynamic_ncols=False)
+                disable=not shown, ncols=columns, nrows=lines, dynamic_ncols=False)
 
 
 def duration(seconds: float) -> str:
