@@ -245,6 +245,14 @@ class RolloutConfig:
     beside the learner in the same process (TRL's vllm_gpu_memory_utilization), split
     evenly between the engines (one per role with --per-role-policies). vLLM's own
     default, 0.9, leaves the learner no room. Unused on the CPU."""
+    max_batch: int = 256
+    """Most prompts one generation forward batches (hf) or vLLM's max_num_seqs: more
+    rows use a GPU better, fewer bound the KV cache's memory."""
+    hf_compile: bool = False
+    """--backend hf: decode with a static KV cache under torch.compile (CUDA graphs on a
+    GPU; srpo_agents.rollout.generation). The first batch of each shape compiles (~40 s
+    for SmolLM2 on 2 CPU cores), and compiled kernels round differently from the
+    learner's forward, so pi_old is the learner's. On a GPU --backend vllm is faster."""
     rollout_workers: int = 0
     """Training rollouts on this many Ray actors (extra ray; srpo_agents.rollout.ray_engine); 0
     plays them in this process and imports nothing of Ray."""
@@ -261,6 +269,10 @@ class RolloutConfig:
         if self.backend not in ("hf", "vllm"):
             raise ValueError(f"backend={self.backend!r}: expected 'hf' or 'vllm'")
         _int(self, "max_new_tokens", 1)
+        _int(self, "max_batch", 1)
+        if self.hf_compile and self.backend != "hf":
+            raise ValueError(f"hf_compile with backend={self.backend!r}: it compiles the "
+                             f"hf decode loop (vLLM compiles its own)")
         check_role_sampling(self.role_sampling)
         share = self.vllm_gpu_memory
         if not (isinstance(share, int | float) and not isinstance(share, bool)
@@ -531,8 +543,8 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
         from srpo_agents.models.policy import resolve_device, resolve_precision
 
         precision = resolve_precision(self.dtype, resolve_device(self.device))
-        return (self.backend == "hf" and not self.rollout_workers and not self.max_staleness
-                and precision.compute == torch.float32)
+        return (self.backend == "hf" and not self.hf_compile and not self.rollout_workers
+                and not self.max_staleness and precision.compute == torch.float32)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

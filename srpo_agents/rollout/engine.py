@@ -127,6 +127,7 @@ class RolloutEngine:
             held-out evaluations); None: each role's own.
         vllm_gpu_memory: with ``backend="vllm"`` on a GPU, the share of its memory the
             engines take together, split evenly between them (one per role policy).
+        hf_compile: with ``backend="hf"``, the compiled static-cache decode loop.
     """
 
     def __init__(self, policy: Policy, *, max_new_tokens: int = 64, temperature: float = 1.0,
@@ -134,7 +135,8 @@ class RolloutEngine:
                  backend: str = "hf", seed: int = 0,
                  role_policies: Mapping[str, Policy] | None = None,
                  role_sampling: Mapping[str, Sampling] | None = None,
-                 eval_temperature: float | None = None, vllm_gpu_memory: float = 0.3):
+                 eval_temperature: float | None = None, vllm_gpu_memory: float = 0.3,
+                 hf_compile: bool = False):
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens!r}: expected >= 1")
         if temperature < 0:
@@ -156,12 +158,13 @@ class RolloutEngine:
 
         # vLLM engines share the GPU's memory left beside the learner, one share each
         engines = 1 + len(self.role_policies)
-        memory = ({"gpu_memory": vllm_gpu_memory / engines} if backend == "vllm" else {})
+        extra = ({"gpu_memory": vllm_gpu_memory / engines} if backend == "vllm"
+                 else {"compile": hf_compile})
 
         def backend_for(p: Policy, offset: int):
             return BACKENDS[backend](p, max_new_tokens=max_new_tokens, temperature=temperature,
                                      top_p=top_p, max_batch=max_batch, seed=seed + offset,
-                                     **memory)
+                                     **extra)
 
         self._generator = backend_for(policy, 0)
         self._role_generators = {role: backend_for(p, i + 1) for i, (role, p)
@@ -314,7 +317,8 @@ def engine_for(config: TrainConfig, policy: Policy,
                          drop_unfinished=config.drop_unfinished,
                          role_sampling=role_sampling(config),
                          eval_temperature=config.eval_temperature,
-                         vllm_gpu_memory=config.vllm_gpu_memory)
+                         vllm_gpu_memory=config.vllm_gpu_memory,
+                         max_batch=config.max_batch, hf_compile=config.hf_compile)
 
 
 def role_sampling(config: TrainConfig) -> dict[str, Sampling]:

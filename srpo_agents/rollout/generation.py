@@ -120,13 +120,34 @@ class HFGenerator:
     """Tokens per prefill forward (rows x columns), as vLLM's default chunked-prefill
     budget; on a 2-core CPU it halves the prefill time of 64 x 600-token prompts."""
 
+    compile_backend: str | None = None
+    """``torch.compile``'s backend for ``compile=True`` (None: its default; the tests use
+    "eager", which traces the same graph without generating kernels)."""
+
     def __init__(self, policy: Policy, *, max_new_tokens: int, temperature: float,
-                 top_p: float, max_batch: int, seed: int):
+                 top_p: float, max_batch: int, seed: int, compile: bool = False,
+                 sync_every: int | None = None):
+        """``compile``: decode with a static cache under ``torch.compile`` (CUDA graphs on
+        CUDA; see ``_decode_static``). ``sync_every``: decode steps between two looks of
+        the host at the batch (all finished? drop finished rows?); each look waits for
+        the device, so on a GPU it is 16, and on the CPU, where it costs nothing, 1."""
         self.policy = policy
         self.default = Sampling(temperature, top_p, max_new_tokens)
         self.max_batch = max_batch
-        self.generator = torch.Generator(device=policy.model.device).manual_seed(seed)
+        device = policy.model.device
+        self.generator = torch.Generator(device=device).manual_seed(seed)
         self._cache_kwarg = cache_kwarg(policy.model)
+        self.sync_every = sync_every or (1 if device.type == "cpu" else 16)
+        self.compile = compile
+        attention = getattr(policy.model.config, "_attn_implementation", None)
+        self._sdpa = attention == "sdpa"
+        if compile:
+            if not self._sdpa:
+                raise ValueError(f"hf_compile needs the model's attention to be 'sdpa' "
+                                 f"(its static-cache mask is a boolean one); this model "
+                                 f"uses {attention!r}")
+        self._static_caches: dict[tuple[int, int], object] = {}
+        self._compiled = None
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Nothing to do: this backend samples from the learner's own module."""
@@ -191,38 +212,116 @@ class HFGenerator:
             cache.batch_select_indices(expand)
             logits, attention, positions = logits[expand], attention[expand], positions[expand]
             names = None if names is None else [names[i] for i in source]
+        if self.compile and names is None:
+            return self._decode_static(cache, logits, attention, positions, width,
+                                       len(prompts), setting)
         rows = torch.arange(len(prompts), device=device)   # (b,) caller row of each row
         live = torch.ones(len(prompts), dtype=torch.bool, device=device)   # (b,)
+        # the mask of every column the generation can reach, filled in advance: a decode
+        # step reads a view of it instead of concatenating a column
+        mask = attention.new_ones((len(prompts), width + setting.max_new_tokens))
+        mask[:, :width] = attention
+        sync_every = 1 if setting.stop else self.sync_every
+        if sync_every > 1 and self._sdpa:
+            # transformers reads a 2-D mask on the host every step (may it skip the
+            # mask?), a GPU stall per token; a ready 4-D one is used as it is
+            mask = mask.bool()[:, None, None, :]
         next_position = positions[:, -1] + 1                # (b,)
-        steps = []                                          # per step: (rows, ids, logprobs)
+        steps = []                          # per step: (rows, ids, logprobs, recorded)
         stopped: set[int] = set()                           # caller rows ended by a stop string
         tails: dict[int, list[int]] = {}
         for step in range(setting.max_new_tokens):
             ids, logprobs = sample_next(logits, setting.temperature, setting.top_p,
                                         self.generator)
-            steps.append((rows[live], ids[live], logprobs[live]))
+            steps.append((rows, ids, logprobs, live.clone()))
             ended = torch.isin(ids, eos)
             if setting.stop:
                 self._stop_strings(setting.stop, rows, ids, live, ended, tails, stopped)
             live &= ~ended
             remaining = setting.max_new_tokens - 1 - step
-            n_live = int(live.sum())
-            if remaining == 0 or n_live == 0:
+            if remaining == 0:
                 break
-            # Dropping finished rows copies the cache once, about what one decode step's
-            # concatenation costs; do it once the finished rows' remaining steps add up
-            # to a full batch step, and until then let them decode unrecorded.
-            if (len(rows) - n_live) * remaining >= len(rows):
-                keep = live.nonzero().squeeze(-1)
-                cache.batch_select_indices(keep)
-                rows, ids, live = rows[keep], ids[keep], live[keep]
-                attention, next_position = attention[keep], next_position[keep]
-                names = None if names is None else [names[i] for i in keep.tolist()]
-            attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=-1)
-            logits = self._forward(ids[:, None], attention, next_position[:, None], cache,
-                                   names)
+            if (step + 1) % sync_every == 0:  # the host looks at the batch (a GPU sync)
+                n_live = int(live.sum())
+                if n_live == 0:
+                    break
+                # Dropping finished rows copies the cache once, about what one decode
+                # step costs; do it once the finished rows' remaining steps add up to a
+                # full batch step, and until then let them decode unrecorded.
+                if (len(rows) - n_live) * remaining >= len(rows):
+                    keep = live.nonzero().squeeze(-1)
+                    cache.batch_select_indices(keep)
+                    rows, ids, live = rows[keep], ids[keep], live[keep]
+                    mask, next_position = mask[keep], next_position[keep]
+                    names = None if names is None else [names[i] for i in keep.tolist()]
+            logits = self._forward(ids[:, None], mask[..., :width + step + 1],
+                                   next_position[:, None], cache, names)
             next_position = next_position + 1
         return self._collect(steps, len(prompts), stopped)
+
+    def _decode_static(self, prefilled, logits, attention, positions, width: int,
+                       batch: int, setting: Sampling) -> list[GenerationOutput]:
+        """The decode loop of ``compile=True``: every step has the same shapes (a batch
+        padded to ``_bucket`` rows, a cache and a mask of ``_bucket`` columns, written in
+        place), so ``torch.compile`` traces it once and, on CUDA, replays it as a CUDA
+        graph. Finished rows are not dropped (that would change the shapes): they decode
+        unrecorded until every row has finished or the limit is reached."""
+        device = logits.device
+        rows, capacity = _bucket(batch, 8), _bucket(width + setting.max_new_tokens, 128)
+        fill = torch.arange(rows, device=device).clamp(max=batch - 1)  # spare rows: copies
+        cache = self._static_cache(rows, capacity)
+        for layer, source in zip(cache.layers, prefilled.layers, strict=True):
+            layer.fill_from(source.keys[fill], source.values[fill])
+        mask = torch.zeros((rows, 1, 1, capacity), dtype=torch.bool, device=device)
+        mask[:, 0, 0, :width] = attention[fill].bool()
+        logits, next_position = logits[fill], positions[fill, -1] + 1
+        caller = torch.arange(rows, device=device)
+        live = caller < batch
+        eos = torch.tensor(sorted(self.policy.eos_token_ids), device=device)
+        steps = []
+        forward = self._compiled_forward()
+        for step in range(setting.max_new_tokens):
+            ids, logprobs = sample_next(logits, setting.temperature, setting.top_p,
+                                        self.generator)
+            steps.append((caller, ids, logprobs, live.clone()))
+            live &= ~torch.isin(ids, eos)
+            if step == setting.max_new_tokens - 1:
+                break
+            if (step + 1) % self.sync_every == 0 and not bool(live.any()):
+                break
+            mask[:, 0, 0, width + step] = True
+            logits = forward(ids[:, None], mask, next_position[:, None], cache).clone()
+            next_position = next_position + 1
+        return self._collect(steps, batch)
+
+    def _static_cache(self, rows: int, capacity: int):
+        """The static cache of one (rows, capacity) shape, made once and refilled by every
+        batch of that shape (CUDA graphs replay on fixed addresses)."""
+        key = (rows, capacity)
+        if key not in self._static_caches:
+            from transformers import DynamicCache
+
+            cache = DynamicCache(config=self.policy.model.config)
+            cache.layers = [StaticSlotLayer(capacity) for _ in cache.layers]
+            self._static_caches[key] = cache
+        return self._static_caches[key]
+
+    def _compiled_forward(self):
+        """``_forward`` under ``torch.compile``: CUDA graphs on CUDA ("reduce-overhead"),
+        inductor's kernels elsewhere; ``compile_backend`` overrides the backend."""
+        if self._compiled is None:
+            cuda = self.policy.model.device.type == "cuda"
+            options = ({"backend": self.compile_backend} if self.compile_backend
+                       else {"mode": "reduce-overhead"} if cuda else {})
+            compiled = torch.compile(self._forward, dynamic=False, **options)
+
+            def forward(*args):
+                if cuda:  # the last replay's outputs may be overwritten from here on
+                    torch.compiler.cudagraph_mark_step_begin()
+                return compiled(*args)
+
+            self._compiled = forward
+        return self._compiled
 
     def _stop_strings(self, stop: tuple[str, ...], rows, ids, live, ended, tails,
                       stopped: set[int]) -> None:
@@ -252,10 +351,12 @@ class HFGenerator:
 
     def _collect(self, steps, batch: int, stopped: set[int] = frozenset()
                  ) -> list[GenerationOutput]:
-        # One device-to-host copy for the whole batch instead of one per step.
-        rows = torch.cat([s[0] for s in steps]).tolist()
-        ids = torch.cat([s[1] for s in steps]).tolist()
-        logprobs = torch.cat([s[2] for s in steps]).tolist()
+        # One device-to-host copy for the whole batch instead of one per step: each step's
+        # (rows, ids, logprobs) with the mask of the rows that recorded it.
+        recorded = torch.cat([s[3] for s in steps])
+        rows = torch.cat([s[0] for s in steps])[recorded].tolist()
+        ids = torch.cat([s[1] for s in steps])[recorded].tolist()
+        logprobs = torch.cat([s[2] for s in steps])[recorded].tolist()
         responses: list[list[int]] = [[] for _ in range(batch)]
         scores: list[list[float]] = [[] for _ in range(batch)]
         for row, token, logprob in zip(rows, ids, logprobs, strict=True):
@@ -285,6 +386,75 @@ class HFGenerator:
         return out.logits[:, -1, :]
 
 
+def _bucket(n: int, multiple: int) -> int:
+    """``n`` rounded up to a shape a compiled decode step is reused at: the next power of
+    two from ``multiple`` up to 8 x ``multiple``, then the next multiple of that."""
+    size = multiple
+    while size < n and size < 8 * multiple:
+        size *= 2
+    return size if n <= size else -(-n // (8 * multiple)) * 8 * multiple
+
+
+def _static_slot_layer_type():
+    from transformers.cache_utils import DynamicLayer
+
+    class StaticSlotLayer(DynamicLayer):
+        """A cache layer of fixed shape for compiled decoding: keys and values of
+        ``capacity`` columns, allocated once, written in place at the slot a device-side
+        counter holds, and returned whole (a boolean 4-D mask hides the unfilled
+        columns). No Python number changes between steps, so a compiled step is not
+        retraced, and the buffers keep their addresses, as CUDA graphs need."""
+
+        is_compileable = True
+
+        def __init__(self, capacity: int):
+            super().__init__()
+            self.capacity = capacity
+
+        def fill_from(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+            """Start from a prefill's (rows, heads, width, dim) keys and values."""
+            width = keys.shape[-2]
+            if not self.is_initialized:
+                self.device = keys.device
+                shape = (*keys.shape[:-2], self.capacity, keys.shape[-1])
+                self.keys = keys.new_zeros(shape)
+                self.values = values.new_zeros((*values.shape[:-2], self.capacity,
+                                                values.shape[-1]))
+                self.slot = torch.zeros((), dtype=torch.long, device=keys.device)
+                if keys.device.type == "cuda":
+                    for buffer in (self.keys, self.values, self.slot):
+                        torch._dynamo.mark_static_address(buffer)
+                self.is_initialized = True
+            self.keys[..., :width, :] = keys
+            self.values[..., :width, :] = values
+            self.slot.fill_(width)
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            slots = self.slot + torch.arange(key_states.shape[-2], device=self.slot.device)
+            self.keys.index_copy_(2, slots, key_states.to(self.keys.dtype))
+            self.values.index_copy_(2, slots, value_states.to(self.values.dtype))
+            self.slot.add_(key_states.shape[-2])
+            return self.keys, self.values
+
+        def get_seq_length(self, *args, **kwargs):
+            return self.slot if self.is_initialized else 0
+
+        def get_mask_sizes(self, *args, **kwargs) -> tuple[int, int]:
+            return self.capacity, 0
+
+        def get_max_length(self) -> int:
+            return self.capacity
+
+    return StaticSlotLayer
+
+
+def StaticSlotLayer(capacity: int):  # noqa: N802 - made on first use (transformers import)
+    if not _STATIC_LAYER:
+        _STATIC_LAYER.append(_static_slot_layer_type())
+    return _STATIC_LAYER[0](capacity)
+
+
+_STATIC_LAYER: list = []
 _RESERVED_LAYER: list = []
 
 
