@@ -23,7 +23,8 @@
 #    solve_verify, one round, level 1: before and after on held-out tasks, each step's
 #    time split (generation, the pi_old pass, the update), update_to_weight, the
 #    first step's ratio and mismatch_kl, and the memory peak;
-# 3. rollout tokens/s of the hf backend on the device (and the CPU, same prompts);
+# 3. rollout tokens/s of the hf backend on the device: the loop reading the batch on the
+#    host every step (as before issue 49), the default, and --hf-compile; the CPU too;
 # 4. the vLLM tests (tests/test_vllm.py) where vLLM is importable.
 # DEVICE=cpu SMALL=1 runs the same commands at test size on a CPU: tests/test_gpu_check.py
 # does, so that a wrong flag cannot waste a GPU session. Other torch/transformers
@@ -40,7 +41,7 @@ else                             # one H200: generation-bound, ~20 s a step at t
   STEPS=6 TASKS=16 GROUP=8 EVAL_TASKS=128 TOKENS=128 PROMPTS=64
 fi
 BUDGET_ENV=${BUDGET_ENV:-30} BUDGET_TRAIN=${BUDGET_TRAIN:-270}
-BUDGET_RATE=${BUDGET_RATE:-60} BUDGET_VLLM=${BUDGET_VLLM:-90}
+BUDGET_RATE=${BUDGET_RATE:-90} BUDGET_VLLM=${BUDGET_VLLM:-60}
 mkdir -p "$OUT"
 REPORT="$OUT/report.md"
 export PYTHONPATH="${PYTHONPATH:-}:$(pwd)" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -123,17 +124,27 @@ tokens, count = int(os.environ["TOKENS"]), int(os.environ["PROMPTS"])
 config = TrainConfig(env="SRPO-Math-v0", workflow="single", difficulty=(1,), model=model)
 env = env_factory(config, "train")(0)
 texts = [env.reset(options={"task_index": i})[0]["solver_0"] for i in range(count)]
-for where, rows in ((device, count), ("cpu", min(count, 8))):
-    policy = load_policy(model, device=where, **precision_kwargs("auto", where))
-    engine = RolloutEngine(policy, max_new_tokens=tokens, seed=0)
-    prompts = [policy.prompt_ids("solver", t) for t in texts[:rows]]
-    engine.generate(prompts[:2])  # warm-up
+def rate(engine, prompts, label):
+    start = time.perf_counter()
+    engine.generate(prompts)  # warm-up, the same shapes (the compiled loop compiles here)
+    warm = time.perf_counter() - start
     start = time.perf_counter()
     outs = engine.generate(prompts)
-    rate = sum(len(o[0]) for o in outs) / (time.perf_counter() - start)
-    print(f"{where}: {rate:,.0f} tokens/s at batch {rows}, {tokens} new tokens")
-    if where == "cpu":
-        break
+    tokens_out = sum(len(o[0]) for o in outs)
+    print(f"{label}: {tokens_out / (time.perf_counter() - start):,.0f} tokens/s at batch "
+          f"{len(prompts)}, {tokens} new tokens (first call {warm:.1f} s)", flush=True)
+
+policy = load_policy(model, device=device, **precision_kwargs("auto", device))
+prompts = [policy.prompt_ids("solver", t) for t in texts]
+every_step = RolloutEngine(policy, max_new_tokens=tokens, seed=0)
+every_step._generator.sync_every = 1      # the loop before issue 49: the host every step
+rate(every_step, prompts, f"{device}, hf, host reads every step")
+rate(RolloutEngine(policy, max_new_tokens=tokens, seed=0), prompts, f"{device}, hf")
+rate(RolloutEngine(policy, max_new_tokens=tokens, seed=0, hf_compile=True), prompts,
+     f"{device}, hf --hf-compile")
+if device != "cpu":
+    policy = load_policy(model, device="cpu", **precision_kwargs("auto", "cpu"))
+    rate(RolloutEngine(policy, max_new_tokens=tokens, seed=0), prompts[:8], "cpu, hf")
 PY
 ended $? "$tick" >> "$REPORT"
 

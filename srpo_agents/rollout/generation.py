@@ -535,6 +535,12 @@ class VLLMGenerator:
     set, the constructor sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (an in-process engine).
     On the CPU the engine gets an explicit KV cache (``CPU_KV_CACHE_GIB``) and runs eagerly.
 
+    On a GPU with a vLLM that has sleep mode, the engine is built with it and ``sleep``
+    (``RolloutEngine.rest``, called before each update) frees its memory for the
+    learner: level 1 (default) moves the weights to CPU memory and drops the KV cache;
+    level 2 drops the weights too, as the sync after the update rewrites them (not with
+    role adapters, whose frozen base it would lose). The next sync or generation wakes it.
+
     With role adapters (``Policy.adapter_roles``) the engine loads the frozen base from
     ``policy.base_name`` (so those weights on disk must be the base in memory) with
     multi-LoRA on, and each prompt carries its role's ``LoRARequest``; ``sync_weights``
@@ -543,7 +549,7 @@ class VLLMGenerator:
 
     def __init__(self, policy: Policy, *, max_new_tokens: int, temperature: float,
                  top_p: float, max_batch: int, seed: int,
-                 gpu_memory: float = DEFAULT_GPU_MEMORY):
+                 gpu_memory: float = DEFAULT_GPU_MEMORY, sleep_level: int = 1):
         if not {"VLLM_ENABLE_V1_MULTIPROCESSING",
                 "VLLM_ALLOW_INSECURE_SERIALIZATION"} & set(os.environ):
             # sync_weights hands the learner's tensors to the engine: in-process that is
@@ -566,9 +572,18 @@ class VLLMGenerator:
             self._adapters = tempfile.TemporaryDirectory(prefix="srpo-vllm-lora-")
             self._write_adapters(reload=False)
         model = policy.base_name if policy.adapter_roles else policy.name
+        device = _device_kwargs(policy, gpu_memory)
+        # sleep mode where this vLLM and device have it (vLLM: CUDA and ROCm)
+        self.sleep_level = sleep_level if "gpu_memory_utilization" in device and \
+            _sleep_mode_available() else 0
+        if self.sleep_level == 2 and policy.adapter_roles:
+            self.sleep_level = 1     # level 2 frees the frozen base the adapters sit on
+        if self.sleep_level:
+            device["enable_sleep_mode"] = True
+        self._asleep = False
         self.llm = vllm.LLM(model=model, tokenizer=model, dtype=dtype, seed=seed,
                             max_num_seqs=max_batch, logprobs_mode="processed_logprobs",
-                            **lora, **_device_kwargs(policy, gpu_memory))
+                            **lora, **device)
         self.default = Sampling(temperature, top_p, max_new_tokens)
         self._params: dict[Sampling, object] = {}
         self.params = self.params_for(self.default)
@@ -599,7 +614,21 @@ class VLLMGenerator:
         self._lora = {role: LoRARequest(role, i + 1, str(folder / role), load_inplace=reload)
                       for i, role in enumerate(self.policy.adapter_roles)}
 
+    def sleep(self) -> None:
+        """Free the engine's GPU memory while the learner updates (sleep mode): level 1
+        moves the weights to CPU memory and drops the KV cache, level 2 drops both (the
+        weight sync after the update writes them again). Nothing without sleep mode."""
+        if self.sleep_level and not self._asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self._asleep = True
+
+    def _wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
     def sync_weights(self, model: torch.nn.Module) -> None:
+        self._wake()
         if self._adapters is not None:  # the base is frozen: only the adapters move
             self._write_adapters(reload=True)
             self.llm.reset_prefix_cache()
@@ -623,6 +652,7 @@ class VLLMGenerator:
         """One response per prompt; with role adapters each prompt carries its role's
         LoRA request (vLLM's multi-LoRA batching: one batch, many adapters).
         ``sampling``: each prompt's settings (one batch, a ``SamplingParams`` each)."""
+        self._wake()
         from vllm.inputs import TokensPrompt
 
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
@@ -679,6 +709,16 @@ def _device_kwargs(policy: Policy, gpu_memory: float = DEFAULT_GPU_MEMORY) -> di
     _shield_llvmlite()
     gib = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or CPU_KV_CACHE_GIB)
     return {"kv_cache_memory_bytes": int(gib * 2**30), "enforce_eager": True}
+
+
+def _sleep_mode_available() -> bool:
+    """Whether this vLLM has ``LLM.sleep`` and its platform supports it (CUDA, ROCm)."""
+    vllm = import_vllm()
+    if not hasattr(vllm.LLM, "sleep"):
+        return False
+    from vllm.platforms import current_platform
+
+    return bool(getattr(current_platform, "is_sleep_mode_available", lambda: False)())
 
 
 def _shield_llvmlite() -> None:
