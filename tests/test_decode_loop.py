@@ -154,3 +154,23 @@ def test_the_flags_reach_the_engine_and_pi_old(policy):
         TrainConfig(model="x", max_batch=0)
     with pytest.raises(ValueError, match="hf_compile with backend='vllm'"):
         TrainConfig(model="x", hf_compile=True, backend="vllm")
+
+
+def test_the_compiled_loop_leaves_stop_strings_to_the_step_by_step_loop(policy):
+    """Stop strings need the host to read every token's text: with them the compiled
+    generator decodes step by step, and stops where the plain loop stops."""
+    prompts = _prompts(policy)[:4]
+    stop = Sampling(1.0, 1.0, LIMIT, stop=("a",))
+    compiled = _generator(policy, 1.0, compile=True, backend="eager")
+    plain = _generator(policy, 1.0)
+    assert compiled.generate(prompts, sampling=[stop] * 4) == \
+        plain.generate(prompts, sampling=[stop] * 4)
+    assert compiled._static_caches == {}
+
+
+def test_static_caches_kept_are_bounded(policy):
+    generator = _generator(policy, 1.0, compile=True, backend="eager")
+    generator.static_caches_kept = 2
+    for rows, capacity in ((8, 128), (16, 128), (8, 256), (16, 128)):
+        generator._static_cache(rows, capacity)
+    assert list(generator._static_caches) == [(8, 256), (16, 128)]   # most recent last

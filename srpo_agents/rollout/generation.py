@@ -128,6 +128,9 @@ class HFGenerator:
     """Tokens per prefill forward (rows x columns), as vLLM's default chunked-prefill
     budget; on a 2-core CPU it halves the prefill time of 64 x 600-token prompts."""
 
+    static_caches_kept = 4
+    """Static caches (one per batch shape) ``compile=True`` keeps between batches."""
+
     compile_backend: str | None = None
     """``torch.compile``'s backend for ``compile=True`` (None: its default; the tests use
     "eager", which traces the same graph without generating kernels)."""
@@ -220,7 +223,7 @@ class HFGenerator:
             cache.batch_select_indices(expand)
             logits, attention, positions = logits[expand], attention[expand], positions[expand]
             names = None if names is None else [names[i] for i in source]
-        if self.compile and names is None:
+        if self.compile and names is None and not setting.stop:  # stop strings: host work
             return self._decode_static(cache, logits, attention, positions, width,
                                        len(prompts), setting)
         rows = torch.arange(len(prompts), device=device)   # (b,) caller row of each row
@@ -306,13 +309,18 @@ class HFGenerator:
         """The static cache of one (rows, capacity) shape, made once and refilled by every
         batch of that shape (CUDA graphs replay on fixed addresses)."""
         key = (rows, capacity)
-        if key not in self._static_caches:
+        cache = self._static_caches.pop(key, None)
+        if cache is None:
             from transformers import DynamicCache
 
             cache = DynamicCache(config=self.policy.model.config)
             cache.layers = [StaticSlotLayer(capacity) for _ in cache.layers]
-            self._static_caches[key] = cache
-        return self._static_caches[key]
+            # a cache holds rows x capacity keys and values of every layer: keep the few
+            # shapes in use (a team's rounds alternate between some), not every one seen
+            while len(self._static_caches) >= self.static_caches_kept:
+                self._static_caches.pop(next(iter(self._static_caches)))
+        self._static_caches[key] = cache   # the most recently used last
+        return cache
 
     def _compiled_forward(self):
         """``_forward`` under ``torch.compile``: CUDA graphs on CUDA ("reduce-overhead"),

@@ -6,7 +6,8 @@ averaged over tasks, with their standard error over tasks (std / sqrt(n)) so eve
 before/after figure comes with its noise. "Tokens per task" is the mean number of
 generated team tokens of one episode (all agents, all events), "tool calls per task"
 likewise for search queries. Where the env says whether the final answer was read from a
-``\\boxed{}`` (math's ``boxed``), ``boxed_rate`` is the share of episodes where it was.
+``\\boxed{}`` (math's ``boxed``), ``boxed_rate`` is the share of episodes where it was,
+and ``boxed_accuracy`` the accuracy among those (a gain in format alone moves the first).
 ``cut_off_rate`` is the share of agent outputs that hit ``max_new_tokens`` before their
 end: near 1, the scores say more about the token cap than about the model.
 """
@@ -114,7 +115,7 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
     correct: dict[int, list[bool]] = {t: [] for t in task_indices}
     keys: dict[int, list[str | None]] = {t: [] for t in task_indices}
     tokens, calls, em, f1, played, solvers, boxes = [], [], [], [], [], [], []
-    cut_off = []
+    cut_off, boxed_right = [], []   # boxed_right: correctness of the boxed episodes
     shown = Progress(len(task_indices) * k, progress, "episode", log) if progress else None
     for t, _, _, rollout in run_tasks(engine, envs, task_indices, k, tag, chunk_size):
         if shown is not None:
@@ -131,6 +132,8 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
         final = rollout.transitions[-1].info if rollout.transitions else {}
         if "boxed" in final:
             boxes.append(bool(final["boxed"]))
+            if final["boxed"]:
+                boxed_right.append(episode_correct(rollout))
         if "em" in final:
             em.append(float(final["em"]))
             f1.append(float(final.get("f1", 0.0)))
@@ -156,6 +159,8 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
         result.update(em=float(np.mean(em)), f1=float(np.mean(f1)))
     if boxes:
         result["boxed_rate"] = float(np.mean(boxes))
+        # accuracy among readable answers: what a gain is made of besides format
+        result["boxed_accuracy"] = float(np.mean(boxed_right)) if boxed_right else 0.0
     if cut_off:
         result["cut_off_rate"] = float(np.mean(cut_off))
     if solvers:

@@ -96,7 +96,9 @@ def train_step(engine: RolloutEngine, envs: list, options: list[dict], algorithm
     rollouts = engine.run(envs, options)
     if gather is not None:  # data-parallel: the episodes every rank played
         rollouts = gather(rollouts)
-    engine.rest()  # vLLM's engines give the learner their GPU memory (sleep mode)
+    # vLLM's engines give the learner their GPU memory (sleep mode); Ray workers and
+    # other engines have nothing to free here
+    getattr(engine, "rest", lambda: None)()
     stats, update = learn(rollouts, algorithm, estimator, learners, dynamic_sampling)
     engine.policy_version += 1
     update.update({f"{k}_seconds": engine.seconds[k] - spent[k] for k in engine.seconds})

@@ -231,8 +231,9 @@ class TrainingRun:
         tick = time.monotonic()
         # a bar for the test evaluations before and after (the train bar covers the rest)
         label = f"held-out {tag}" if tag in ("before", "after") else ""
+        # each episode's vote too: a majority vote of the trained policy at equal tokens
         result = evaluate(self.engine, envs, indices, self.config.eval_k, tag=tag,
-                          progress=label)
+                          progress=label, votes=True)
         return result, time.monotonic() - tick
 
     def _test(self, tag: str) -> dict:

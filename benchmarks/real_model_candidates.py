@@ -1,0 +1,174 @@
+"""Where does SmolLM2-135M-Instruct have signal? (issue 50, item 1). The base model's
+accuracy and the share of mixed groups (some of G = 8 episodes right, some wrong: the
+only groups that carry a relative advantage) on candidate settings: math levels,
+Countdown, one-hop search, each with its prompt and sampling temperature.
+
+    python benchmarks/real_model_candidates.py [--tasks 64] [--only NAME ...]
+
+Every candidate plays ``--tasks`` tasks of the **validation** split (never the test split,
+which only a final evaluation reads) G = 8 times at its temperature, 128 new tokens an
+agent, hf backend, float32, one process; finished candidates are read back from the JSON
+(the command resumes). Per candidate: avg@8 (mean correctness), pass@8, the mixed-group
+share, the readable share (math: a ``\\boxed{}`` answer; Countdown: an ``<answer>``
+equation; search: an answer), accuracy among readable answers, tokens per task and the
+share of responses cut off at the token limit. The rule for choosing, fixed before the
+table: a setting whose avg@8 is within 0.15-0.60 and, among those, the largest mixed-group
+share; the team's workflow of that env is then weighed against it alone (issue 50).
+
+Writes benchmarks/results/real_model_candidates.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from srpo_agents.config import TrainConfig
+from srpo_agents.models.policy import load_policy
+from srpo_agents.rollout.engine import engine_for
+from srpo_agents.running.evaluate import episode_correct, run_tasks
+from srpo_agents.running.step import held_out
+
+RESULTS = Path(__file__).resolve().parent / "results"
+GROUP, TOKENS = 8, 128
+MODEL = "smollm2-135m-instruct"
+
+EXAMPLE_SOLVER = (
+    "You are a math solver. Work out the answer in one short line and put it in "
+    "\\boxed{}.\n\nExample problem: A shelf holds 6 cups and 5 more cups are put on it. "
+    "How many cups are on the shelf?\nExample answer: 6 + 5 = 11, so the answer is "
+    "\\boxed{11}.\n\nProblem: {question}\n")
+EXAMPLE_VERIFIER = (
+    "You are a math verifier. Check the solution to the problem. If its final answer is "
+    "correct, reply VERDICT: ACCEPT. Otherwise reply VERDICT: REJECT and the corrected "
+    "answer in \\boxed{}.\n\nExample: for the problem \"A shelf holds 6 cups and 5 more "
+    "cups are put on it. How many cups are on the shelf?\" and the solution \"6 + 5 = 12, "
+    "so the answer is \\boxed{12}.\" reply: VERDICT: REJECT. 6 + 5 = 11, so the answer is "
+    "\\boxed{11}.\n\nProblem: {question}\n\nSolution:\n{solution}\n")
+EXAMPLE = {"solver": EXAMPLE_SOLVER, "verifier": EXAMPLE_VERIFIER}
+
+MATH = {"env": "SRPO-Math-v0", "max_turns": 1}
+CANDIDATES: dict[str, dict] = {
+    "math L0, default prompt, T 1.0": {**MATH, "difficulty": (0,), "temperature": 1.0},
+    "math L1, default prompt, T 1.0": {**MATH, "difficulty": (1,), "temperature": 1.0},
+    "math L0, example prompt, T 1.0": {**MATH, "difficulty": (0,), "temperature": 1.0,
+                                       "prompts": "example"},
+    "math L1, example prompt, T 1.0": {**MATH, "difficulty": (1,), "temperature": 1.0,
+                                       "prompts": "example"},
+    "math L0, example prompt, T 0.7": {**MATH, "difficulty": (0,), "temperature": 0.7,
+                                       "prompts": "example"},
+    "math L1, example prompt, T 0.7": {**MATH, "difficulty": (1,), "temperature": 0.7,
+                                       "prompts": "example"},
+    "math L2, example prompt, T 0.7": {**MATH, "difficulty": (2,), "temperature": 0.7,
+                                       "prompts": "example"},
+    "countdown L0, default prompt, T 1.0": {"env": "SRPO-Countdown-v0", "difficulty": (0,),
+                                            "temperature": 1.0},
+    "search 1-hop, default prompt, T 1.0": {"env": "SRPO-Search-v0", "difficulty": (1,),
+                                            "temperature": 1.0, "max_turns": 2},
+    "math L1 team (solve_verify), example prompts, T 0.7": {
+        **MATH, "difficulty": (1,), "temperature": 0.7, "prompts": "example",
+        "workflow": "solve_verify"},
+}
+
+
+def config_for(settings: dict) -> TrainConfig:
+    settings = dict(settings)
+    prompts = EXAMPLE if settings.pop("prompts", "") == "example" else {}
+    extra = {"prompts": prompts} if prompts else {}
+    if settings["env"] == "SRPO-Search-v0":
+        extra["hops"] = settings.pop("difficulty")
+    return TrainConfig(model=MODEL, workflow=settings.pop("workflow", "single"),
+                       max_new_tokens=TOKENS, extra_env_kwargs=extra, seed=0, **settings)
+
+
+def readable(info: dict, env: str) -> bool:
+    """Whether the env could read an answer of the form its prompt asks for."""
+    if env == "SRPO-Math-v0":
+        return bool(info.get("boxed"))
+    if env == "SRPO-Countdown-v0":
+        return bool(info.get("equation"))
+    return bool(info.get("final_answer"))
+
+
+def measure(policy, settings: dict, tasks: int) -> dict:
+    config = config_for(settings)
+    engine = engine_for(config, policy)
+    envs, indices = held_out(config, policy.count_tokens, split="validation", wanted=tasks)
+    right: dict[int, int] = {}
+    episodes, readable_n, right_readable, tokens, cut = 0, 0, 0, 0, 0
+    start = time.monotonic()
+    for task, _, _, rollout in run_tasks(engine, envs, indices, GROUP, "candidate",
+                                         chunk_size=64):
+        final = rollout.transitions[-1].info if rollout.transitions else {}
+        ok, legible = episode_correct(rollout), readable(final, config.env)
+        right[task] = right.get(task, 0) + ok
+        episodes += 1
+        readable_n += legible
+        right_readable += ok and legible
+        tokens += rollout.generated_tokens
+        cut += any(not s.finished for s in rollout.samples.values())
+    rates = [n / GROUP for n in right.values()]
+    mean = sum(rates) / len(rates)
+    return {"settings": {k: list(v) if isinstance(v, tuple) else v
+                         for k, v in settings.items()},
+            "prompt_version": "example-v1" if settings.get("prompts") else "default",
+            "tasks": len(rates), "group": GROUP, "max_new_tokens": TOKENS,
+            "avg_at_8": mean,
+            "avg_at_8_se": math.sqrt(sum((r - mean) ** 2 for r in rates)
+                                     / (len(rates) - 1) / len(rates)),
+            "pass_at_8": sum(n > 0 for n in right.values()) / len(rates),
+            "mixed_groups": sum(0 < n < GROUP for n in right.values()) / len(rates),
+            "readable": readable_n / episodes,
+            "accuracy_when_readable": right_readable / readable_n if readable_n else 0.0,
+            "tokens_per_task": tokens / episodes, "cut_off": cut / episodes,
+            "seconds": time.monotonic() - start}
+
+
+def write_table(results: dict) -> None:
+    lines = ["# Where SmolLM2-135M-Instruct has signal (issue 50)", "",
+             "`python benchmarks/real_model_candidates.py`: the base model on each setting, "
+             "the validation split, G = 8 episodes of each task at the setting's "
+             f"temperature, {TOKENS} new tokens an agent, hf backend, float32, 2 CPU cores. "
+             "avg@8 is the mean correctness (+- its standard error over tasks); mixed "
+             "groups: tasks with some but not all of their 8 episodes right; readable: the "
+             "answer in the form the prompt asks for. Prompt `example-v1`: the math roles' "
+             "prompts with one worked example (`EXAMPLE` in the script). Seconds ran beside "
+             "other work on the same cores.", "",
+             "| setting | tasks | avg@8 | pass@8 | mixed groups | readable | accuracy "
+             "when readable | tokens / task | cut off | seconds |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in results.items():
+        lines.append(
+            f"| {name} | {r['tasks']} | {r['avg_at_8']:.3f} +- {r['avg_at_8_se']:.3f} | "
+            f"{r['pass_at_8']:.3f} | {r['mixed_groups']:.3f} | {r['readable']:.3f} | "
+            f"{r['accuracy_when_readable']:.3f} | {r['tokens_per_task']:.0f} | "
+            f"{r['cut_off']:.3f} | {r['seconds']:.0f} |")
+    (RESULTS / "real_model_candidates.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=64)
+    parser.add_argument("--only", nargs="*", default=None, help="candidate names")
+    args = parser.parse_args()
+    path = RESULTS / "real_model_candidates.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    policy = load_policy(MODEL, dtype=torch.float32)
+    for name, settings in CANDIDATES.items():
+        if name in results or (args.only and name not in args.only):
+            continue
+        torch.manual_seed(0)
+        results[name] = measure(policy, settings, args.tasks)
+        path.write_text(json.dumps(results, indent=1) + "\n")
+        print(name, json.dumps(results[name]), flush=True)
+    write_table({n: results[n] for n in CANDIDATES if n in results})
+
+
+if __name__ == "__main__":
+    main()

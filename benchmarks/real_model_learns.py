@@ -1,0 +1,278 @@
+"""A real LLM learns under srpo on two CPU cores (issue 50): SmolLM2-135M-Instruct as a
+team trained with SRPO, weighed against one agent trained alone and the team under GRPO.
+
+    python benchmarks/real_model_learns.py pilot      # seeds 10, 11: the grid below
+    python benchmarks/real_model_learns.py run [--seeds 0 1 2] [--only team-srpo ...]
+    python benchmarks/real_model_learns.py report     # the tables of what has finished
+
+**The setting** is the candidate ``SETTING`` names in
+``benchmarks/real_model_candidates.py`` (its table: real_model_candidates.md), chosen by
+that script's rule; its env prompt version is recorded with every run. The team is the
+env's team workflow (``TEAM``); the single agent plays ``single``.
+
+**The pilot, and its rule (fixed before any pilot ran).** Team SRPO on seeds 10 and 11,
+``PILOT_STEPS`` steps of ``TASKS_PER_STEP`` tasks x G = 8, for each entry of ``GRID``
+(full update at three learning rates; one LoRA per role). After each, the trained policy
+plays ``PILOT_TASKS`` tasks of the **validation** split ``PILOT_K`` times; so does the
+starting policy once. A grid entry's score is its mean gain in validation avg@k over the
+two seeds. The chosen entry is the highest score; an entry within 0.01 of a higher one
+wins if it is a full update and the other LoRA, then the smaller lr (the simpler, slower
+change). The test split is not read (the runs' own before/after use ``eval_tasks`` 4 and
+nothing reads them). Steps of the real runs: as many as fit 2 hours with both
+evaluations, from the pilot's measured seconds a step and an evaluation's measured cost.
+
+**The runs.** Seeds 0, 1, 2 of: the team under SRPO (``team-srpo``), the single agent
+under SRPO (one agent: SRPO's sets have K = 1, so it is GRPO there) (``single``) and the
+team under GRPO (``team-grpo``), same steps, tasks and lr; ``EVAL_TASKS`` held-out test
+tasks x ``EVAL_K`` episodes before and after. A run resumes from its checkpoint (run the
+command again); a finished one is read back. Records:
+``benchmarks/results/real_model_learns.json`` (a list, one object per finished run) and
+the table beside it, made from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from srpo_agents.config import TrainConfig, same_settings
+from srpo_agents.models.policy import load_policy
+from srpo_agents.running.checkpoint import has_checkpoint
+from srpo_agents.running.evaluate import evaluate, majority_at
+from srpo_agents.running.step import held_out, make_engine
+from srpo_agents.running.train import train
+from srpo_agents.running.verdicts import diff_cell, difference, task_difference
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from real_model_candidates import CANDIDATES  # noqa: E402
+from real_model_candidates import config_for as candidate_config
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SETTING = "math L1 team (solve_verify), example prompts, T 0.7"
+TEAM = "solve_verify"
+TASKS_PER_STEP, GROUP = 4, 8
+PILOT_SEEDS, PILOT_STEPS, PILOT_TASKS, PILOT_K = (10, 11), 16, 200, 2
+GRID = {"full lr 3e-6": {"lr": 3e-6}, "full lr 1e-5": {"lr": 1e-5},
+        "full lr 3e-5": {"lr": 3e-5},
+        "lora lr 1e-4": {"lr": 1e-4, "per_role_adapters": "lora"}}
+EVAL_TASKS, EVAL_K = 500, 2
+RUNS = {"team-srpo": {"workflow": TEAM, "algo": "srpo"},
+        "single": {"workflow": "single", "algo": "srpo"},
+        "team-grpo": {"workflow": TEAM, "algo": "grpo"}}
+
+
+def base_config(seed: int, out: Path, **changes) -> TrainConfig:
+    """The setting's config with the run's changes (workflow, algo, lr, steps...)."""
+    setting = candidate_config(CANDIDATES[SETTING]).to_dict()
+    setting.update(tasks_per_step=TASKS_PER_STEP, group_size=GROUP, epochs=1,
+                   microbatch_rows=8, save_every=2, seed=seed, out=str(out))
+    setting.update(changes)
+    return TrainConfig(**setting)
+
+
+def run_one(config: TrainConfig) -> dict:
+    """The run's summary: read back when finished, resumed from its checkpoint, or run."""
+    summary = Path(config.out) / "summary.json"
+    if summary.is_file():
+        stored = json.loads(summary.read_text())
+        if same_settings(stored["config"], config, ignore=("out", "resume")):
+            return stored
+    resume = has_checkpoint(Path(config.out))
+    return train(TrainConfig(**{**config.to_dict(), "resume": resume}))
+
+
+def validation(config: TrainConfig, model: str) -> dict:
+    """``model`` (a run's trained policy folder, or the base) on the validation split."""
+    config = TrainConfig(**{**config.to_dict(), "model": model, "per_role_adapters": ""})
+    policy = load_policy(model)
+    engine = make_engine(config, policy)
+    envs, indices = held_out(config, policy.count_tokens, split="validation",
+                             wanted=PILOT_TASKS)
+    start = time.monotonic()
+    result = evaluate(engine, envs, indices, PILOT_K, tag="pilot")
+    return {**{k: v for k, v in result.items() if k != "per_task_pass"},
+            "seconds": time.monotonic() - start}
+
+
+def pilot(out: Path) -> None:
+    path = RESULTS / "real_model_pilot_v2.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    if "base" not in data:
+        data["base"] = validation(base_config(PILOT_SEEDS[0], out / "pilot-base"),
+                                  base_config(0, out).model)
+        path.write_text(json.dumps(data, indent=1) + "\n")
+    for name, changes in GRID.items():
+        for seed in PILOT_SEEDS:
+            key = f"{name}, seed {seed}"
+            if key in data:
+                continue
+            config = base_config(seed, out / f"pilot-{name.replace(' ', '-')}-s{seed}",
+                                 workflow=TEAM, algo="srpo", steps=PILOT_STEPS,
+                                 eval_tasks=4, eval_k=1, **changes)
+            summary = run_one(config)
+            rows = [json.loads(line) for line in
+                    (Path(config.out) / "metrics.jsonl").read_text().splitlines()]
+            trained = validation(config, str(Path(config.out) / "policy"))
+            data[key] = {"validation": trained, "diff": task_difference(data["base"], trained),
+                         "step_seconds": [r["seconds"] for r in rows],
+                         "reward": [r["reward"] for r in rows],
+                         "wall_s": summary["time_breakdown"]["total"]}
+            path.write_text(json.dumps(data, indent=1) + "\n")
+    write_pilot(data)
+
+
+def choose(data: dict) -> str | None:
+    """The pilot's rule (module docstring) over the grid entries with every seed done."""
+    scores = {}
+    for name in GRID:
+        gains = [data[f"{name}, seed {s}"]["diff"]["avg_at_k"] for s in PILOT_SEEDS
+                 if f"{name}, seed {s}" in data]
+        if len(gains) == len(PILOT_SEEDS):
+            scores[name] = sum(gains) / len(gains)
+    if len(scores) < len(GRID):
+        return None
+    simple = sorted(scores, key=lambda n: ("lora" in n, GRID[n]["lr"]))  # simplest first
+    best = max(scores.values())
+    return next(n for n in simple if scores[n] >= best - 0.01)
+
+
+def write_pilot(data: dict) -> None:
+    base = data["base"]
+    lines = ["# Real-model pilot (issue 50): team SRPO on the validation split", "",
+             f"`python benchmarks/real_model_learns.py pilot`: setting \"{SETTING}\", "
+             f"{PILOT_STEPS} steps of {TASKS_PER_STEP} tasks x G = {GROUP}, seeds "
+             f"{', '.join(map(str, PILOT_SEEDS))}; the trained policy on {PILOT_TASKS} "
+             f"validation tasks x k = {PILOT_K}. Base: avg@{PILOT_K} "
+             f"{base['avg_at_k']:.3f} +- {base['avg_at_k_stderr']:.3f}, readable "
+             f"{base.get('boxed_rate', float('nan')):.3f}. The rule is in the script's "
+             "docstring, fixed before the pilot ran.", "",
+             "| grid entry | seed | validation avg@k | gain (paired) | readable | accuracy "
+             "when readable | seconds a step | wall (min) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in GRID:
+        for seed in PILOT_SEEDS:
+            row = data.get(f"{name}, seed {seed}")
+            if row is None:
+                lines.append(f"| {name} | {seed} | not run yet | | | | | |")
+                continue
+            v, d = row["validation"], row["diff"]
+            lines.append(
+                f"| {name} | {seed} | {v['avg_at_k']:.3f} | {d['avg_at_k']:+.3f} +- "
+                f"{d['avg_at_k_stderr']:.3f} | {v.get('boxed_rate', float('nan')):.3f} | "
+                f"{v.get('boxed_accuracy', float('nan')):.3f} | "
+                f"{sum(row['step_seconds']) / len(row['step_seconds']):.0f} | "
+                f"{row['wall_s'] / 60:.0f} |")
+    chosen = choose(data)
+    lines += ["", f"Chosen by the rule: {chosen}." if chosen else
+              "Not every grid entry has run on every pilot seed: nothing is chosen yet."]
+    (RESULTS / "real_model_pilot_v2.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def record(name: str, seed: int, summary: dict) -> dict:
+    config, before, after = summary["config"], summary["before"], summary["after"]
+    diff = task_difference(before, after)
+    return {"model": config["model"], "env": config["env"], "workflow": config["workflow"],
+            "algo": config["algo"], "run": name, "seed": seed, "steps": config["steps"],
+            "tasks": after["tasks"], "k": after["k"], "before": before["avg_at_k"],
+            "after": after["avg_at_k"], "diff": diff["avg_at_k"],
+            "se": diff["avg_at_k_stderr"], "readable_before": before.get("boxed_rate"),
+            "readable_after": after.get("boxed_rate"),
+            "accuracy_when_readable_before": before.get("boxed_accuracy"),
+            "accuracy_when_readable_after": after.get("boxed_accuracy"),
+            "tokens_per_task_before": before["tokens_per_task"],
+            "tokens_per_task_after": after["tokens_per_task"],
+            "wall_s": summary["time_breakdown"]["total"],
+            "prompt_version": "example-v1" if config["extra_env_kwargs"] else "default",
+            "per_task_after": after["per_task_avg"],
+            "per_task_votes_after": after.get("per_task_votes")}
+
+
+def run(args, out: Path) -> None:
+    chosen = json.loads((RESULTS / "real_model_pilot_v2.json").read_text())
+    name = choose(chosen)
+    if name is None:
+        sys.exit("the pilot has not finished: run `pilot` first")
+    path = RESULTS / "real_model_learns.json"
+    records = json.loads(path.read_text()) if path.exists() else []
+    done = {(r["run"], r["seed"]) for r in records}
+    for seed in args.seeds:
+        for run_name, changes in RUNS.items():
+            if (run_name, seed) in done or (args.only and run_name not in args.only):
+                continue
+            config = base_config(seed, out / f"{run_name}-s{seed}", steps=args.steps,
+                                 eval_tasks=EVAL_TASKS, eval_k=EVAL_K, **GRID[name],
+                                 **changes)
+            records.append(record(run_name, seed, run_one(config)))
+            path.write_text(json.dumps(records, indent=1) + "\n")
+    write_report(records, args.steps)
+
+
+def write_report(records: list[dict], steps: int) -> None:
+    lines = ["# A real LLM learns on two CPU cores (issue 50)", "",
+             f"`python benchmarks/real_model_learns.py run --steps {steps}`: setting "
+             f"\"{SETTING}\"; {EVAL_TASKS} held-out test tasks x k = {EVAL_K} before and "
+             "after; gain is after - before, paired by task (+- its standard error).", "",
+             "| run | seed | before | after | gain | z | readable before | readable after "
+             "| accuracy when readable, after | tokens / task after | wall (min) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(records, key=lambda r: (r["run"], r["seed"])):
+        lines.append(f"| {r['run']} | {r['seed']} | {r['before']:.3f} | {r['after']:.3f} | "
+                     f"{r['diff']:+.3f} +- {r['se']:.3f} | {r['diff'] / r['se']:+.1f} | "
+                     f"{r['readable_before']:.3f} | {r['readable_after']:.3f} | "
+                     f"{r['accuracy_when_readable_after']:.3f} | "
+                     f"{r['tokens_per_task_after']:.0f} | {r['wall_s'] / 60:.0f} |")
+    by_run = {name: [{"seed": r["seed"], "per_task_avg": r["per_task_after"]}
+                     for r in records if r["run"] == name] for name in RUNS}
+    if by_run["team-srpo"] and by_run["single"]:
+        lines += ["", "Team - single agent (after): "
+                  + diff_cell(difference(by_run["team-srpo"], by_run["single"])) + "."]
+        lines += ["", "Team - the single agent's majority vote at about the team's tokens: "
+                  + majority_line(records) + "."]
+    if by_run["team-srpo"] and by_run["team-grpo"]:
+        lines += ["", "SRPO - GRPO (the team, after): "
+                  + diff_cell(difference(by_run["team-srpo"], by_run["team-grpo"])) + "."]
+    (RESULTS / "real_model_learns.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def majority_line(records: list[dict]) -> str:
+    """The single agent's plurality vote over as many of its episodes as the team's
+    tokens buy (at most its k), against the team, per seed."""
+    parts = []
+    for team in (r for r in records if r["run"] == "team-srpo"):
+        single = next((r for r in records if r["run"] == "single"
+                       and r["seed"] == team["seed"]), None)
+        if single is None or not single["per_task_votes_after"]:
+            continue
+        size = max(1, min(EVAL_K, round(team["tokens_per_task_after"]
+                                        / single["tokens_per_task_after"])))
+        votes = [majority_at(v, size) for v in single["per_task_votes_after"]]
+        gap = sum(t - v for t, v in zip(team["per_task_after"], votes, strict=True))
+        parts.append(f"seed {team['seed']}: {gap / len(votes):+.3f} (vote of {size})")
+    return "; ".join(parts) or "no seed with both"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=["pilot", "run", "report"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--only", nargs="*", default=None, choices=list(RUNS))
+    parser.add_argument("--out", default="runs/real-model-learns")
+    args = parser.parse_args()
+    out = Path(args.out)
+    if args.mode == "pilot":
+        pilot(out)
+    elif args.mode == "run":
+        run(args, out)
+    else:
+        path = RESULTS / "real_model_learns.json"
+        write_report(json.loads(path.read_text()) if path.exists() else [], args.steps)
+
+
+if __name__ == "__main__":
+    main()
