@@ -197,4 +197,5 @@ def evaluate_start(config: TrainConfig, log=print, engine: RolloutEngine | None 
     if engine is None:
         engine = make_engine(config, prepare_policy(config, Path(config.out), log)[0])
     test_envs, eval_indices = held_out(config, engine.policy.count_tokens)
-    return evaluate(engine, test_envs, eval_indices, config.eval_k, tag="before")
+    return evaluate(engine, test_envs, eval_indices, config.eval_k, tag="before",
+                    votes=True)   # as TrainingRun's own "before"
