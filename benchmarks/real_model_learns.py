@@ -5,9 +5,9 @@ team trained with SRPO, weighed against one agent trained alone and the team und
     python benchmarks/real_model_learns.py run [--seeds 0 1 2] [--only team-srpo ...]
     python benchmarks/real_model_learns.py report     # the tables of what has finished
 
-**The setting** is the candidate ``SETTING`` names in
-``benchmarks/real_model_candidates.py`` (its table: real_model_candidates.md), chosen by
-that script's rule; its env prompt version is recorded with every run. The team is the
+**The setting** is the candidate that ``benchmarks/real_model_candidates.py``'s rule
+chooses (its table: real_model_candidates.md); its env prompt version is recorded with
+every run. The team is the
 env's team workflow (``TEAM``); the single agent plays ``single``.
 
 **The pilot, and its rule (fixed before any pilot ran).** Team SRPO on seeds 10 and 11,
@@ -47,11 +47,20 @@ from srpo_agents.running.train import train
 from srpo_agents.running.verdicts import diff_cell, difference, task_difference
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from real_model_candidates import CANDIDATES  # noqa: E402
+from real_model_candidates import CANDIDATES, chosen  # noqa: E402
 from real_model_candidates import config_for as candidate_config
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SETTING = "math L1 team (solve_verify), example prompts, T 0.7"
+
+def setting_name() -> str:
+    """The candidates' rule's choice (real_model_candidates.json)."""
+    path = RESULTS / "real_model_candidates.json"
+    name = chosen(json.loads(path.read_text())) if path.exists() else None
+    if name is None:
+        sys.exit("no setting chosen yet: run benchmarks/real_model_candidates.py first")
+    return name
+
+
 TEAM = "solve_verify"
 TASKS_PER_STEP, GROUP = 4, 8
 PILOT_SEEDS, PILOT_STEPS, PILOT_TASKS, PILOT_K = (10, 11), 16, 200, 2
@@ -66,7 +75,7 @@ RUNS = {"team-srpo": {"workflow": TEAM, "algo": "srpo"},
 
 def base_config(seed: int, out: Path, **changes) -> TrainConfig:
     """The setting's config with the run's changes (workflow, algo, lr, steps...)."""
-    setting = candidate_config(CANDIDATES[SETTING]).to_dict()
+    setting = candidate_config(CANDIDATES[setting_name()]).to_dict()
     setting.update(tasks_per_step=TASKS_PER_STEP, group_size=GROUP, epochs=1,
                    microbatch_rows=8, save_every=2, seed=seed, out=str(out))
     setting.update(changes)
@@ -142,7 +151,7 @@ def choose(data: dict) -> str | None:
 def write_pilot(data: dict) -> None:
     base = data["base"]
     lines = ["# Real-model pilot (issue 50): team SRPO on the validation split", "",
-             f"`python benchmarks/real_model_learns.py pilot`: setting \"{SETTING}\", "
+             f"`python benchmarks/real_model_learns.py pilot`: setting \"{setting_name()}\", "
              f"{PILOT_STEPS} steps of {TASKS_PER_STEP} tasks x G = {GROUP}, seeds "
              f"{', '.join(map(str, PILOT_SEEDS))}; the trained policy on {PILOT_TASKS} "
              f"validation tasks x k = {PILOT_K}. Base: avg@{PILOT_K} "
@@ -214,7 +223,7 @@ def run(args, out: Path) -> None:
 def write_report(records: list[dict], steps: int) -> None:
     lines = ["# A real LLM learns on two CPU cores (issue 50)", "",
              f"`python benchmarks/real_model_learns.py run --steps {steps}`: setting "
-             f"\"{SETTING}\"; {EVAL_TASKS} held-out test tasks x k = {EVAL_K} before and "
+             f"\"{setting_name()}\"; {EVAL_TASKS} held-out test tasks x k = {EVAL_K} before and "
              "after; gain is after - before, paired by task (+- its standard error).", "",
              "| run | seed | before | after | gain | z | readable before | readable after "
              "| accuracy when readable, after | tokens / task after | wall (min) |",
