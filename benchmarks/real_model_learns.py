@@ -110,8 +110,8 @@ def pilot(out: Path) -> None:
     path = RESULTS / "real_model_pilot_v2.json"
     data = json.loads(path.read_text()) if path.exists() else {}
     if "base" not in data:
-        data["base"] = validation(base_config(PILOT_SEEDS[0], out / "pilot-base"),
-                                  base_config(0, out).model)
+        team = base_config(PILOT_SEEDS[0], out / "pilot-base", workflow=TEAM)
+        data["base"] = validation(team, team.model)   # the untrained team
         path.write_text(json.dumps(data, indent=1) + "\n")
     for name, changes in GRID.items():
         for seed in PILOT_SEEDS:
