@@ -38,17 +38,16 @@ import sys
 import time
 from pathlib import Path
 
-from srpo_agents.config import TrainConfig, same_settings
+from srpo_agents.config import TrainConfig
 from srpo_agents.models.policy import load_policy
-from srpo_agents.running.checkpoint import has_checkpoint
 from srpo_agents.running.evaluate import evaluate, majority_at
 from srpo_agents.running.step import held_out, make_engine
-from srpo_agents.running.train import train
 from srpo_agents.running.verdicts import diff_cell, difference, task_difference
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_model_candidates import CANDIDATES, chosen  # noqa: E402
 from real_model_candidates import config_for as candidate_config
+from real_model_run import run_one  # read back, resumed or run
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -80,17 +79,6 @@ def base_config(seed: int, out: Path, **changes) -> TrainConfig:
                    microbatch_rows=8, save_every=2, seed=seed, out=str(out))
     setting.update(changes)
     return TrainConfig(**setting)
-
-
-def run_one(config: TrainConfig) -> dict:
-    """The run's summary: read back when finished, resumed from its checkpoint, or run."""
-    summary = Path(config.out) / "summary.json"
-    if summary.is_file():
-        stored = json.loads(summary.read_text())
-        if same_settings(stored["config"], config, ignore=("out", "resume")):
-            return stored
-    resume = has_checkpoint(Path(config.out))
-    return train(TrainConfig(**{**config.to_dict(), "resume": resume}))
 
 
 def validation(config: TrainConfig, model: str) -> dict:
