@@ -30,64 +30,14 @@ from pathlib import Path
 
 import torch
 
-from srpo_agents.config import TrainConfig
 from srpo_agents.models.policy import load_policy
 from srpo_agents.rollout.engine import engine_for
 from srpo_agents.running.evaluate import episode_correct, run_tasks
 from srpo_agents.running.step import held_out
+from srpo_bench.real_model import CANDIDATES, MODEL, TOKENS, chosen, config_for
 
 RESULTS = Path(__file__).resolve().parent / "results"
-GROUP, TOKENS = 8, 128
-MODEL = "smollm2-135m-instruct"
-
-EXAMPLE_SOLVER = (
-    "You are a math solver. Work out the answer in one short line and put it in "
-    "\\boxed{}.\n\nExample problem: A shelf holds 6 cups and 5 more cups are put on it. "
-    "How many cups are on the shelf?\nExample answer: 6 + 5 = 11, so the answer is "
-    "\\boxed{11}.\n\nProblem: {question}\n")
-EXAMPLE_VERIFIER = (
-    "You are a math verifier. Check the solution to the problem. If its final answer is "
-    "correct, reply VERDICT: ACCEPT. Otherwise reply VERDICT: REJECT and the corrected "
-    "answer in \\boxed{}.\n\nExample: for the problem \"A shelf holds 6 cups and 5 more "
-    "cups are put on it. How many cups are on the shelf?\" and the solution \"6 + 5 = 12, "
-    "so the answer is \\boxed{12}.\" reply: VERDICT: REJECT. 6 + 5 = 11, so the answer is "
-    "\\boxed{11}.\n\nProblem: {question}\n\nSolution:\n{solution}\n")
-EXAMPLE = {"solver": EXAMPLE_SOLVER, "verifier": EXAMPLE_VERIFIER}
-
-MATH = {"env": "SRPO-Math-v0", "max_turns": 1}
-CANDIDATES: dict[str, dict] = {
-    "math L0, default prompt, T 1.0": {**MATH, "difficulty": (0,), "temperature": 1.0},
-    "math L1, default prompt, T 1.0": {**MATH, "difficulty": (1,), "temperature": 1.0},
-    "math L0, example prompt, T 1.0": {**MATH, "difficulty": (0,), "temperature": 1.0,
-                                       "prompts": "example"},
-    "math L1, example prompt, T 1.0": {**MATH, "difficulty": (1,), "temperature": 1.0,
-                                       "prompts": "example"},
-    "math L0, example prompt, T 0.7": {**MATH, "difficulty": (0,), "temperature": 0.7,
-                                       "prompts": "example"},
-    "math L1, example prompt, T 0.7": {**MATH, "difficulty": (1,), "temperature": 0.7,
-                                       "prompts": "example"},
-    "math L2, example prompt, T 0.7": {**MATH, "difficulty": (2,), "temperature": 0.7,
-                                       "prompts": "example"},
-    "countdown L0, default prompt, T 1.0": {"env": "SRPO-Countdown-v0", "difficulty": (0,),
-                                            "temperature": 1.0},
-    "search 1-hop, default prompt, T 1.0": {"env": "SRPO-Search-v0", "difficulty": (1,),
-                                            "temperature": 1.0, "max_turns": 2},
-    "math L1 team (solve_verify), example prompts, T 0.7": {
-        **MATH, "difficulty": (1,), "temperature": 0.7, "prompts": "example",
-        "workflow": "solve_verify"},
-}
-
-
-def config_for(settings: dict) -> TrainConfig:
-    settings = dict(settings)
-    prompts = EXAMPLE if settings.pop("prompts", "") == "example" else {}
-    extra = {"prompts": prompts} if prompts else {}
-    if settings["env"] == "SRPO-Search-v0":
-        extra["hops"] = settings.pop("difficulty")
-    return TrainConfig(model=MODEL, workflow=settings.pop("workflow", "single"),
-                       max_new_tokens=TOKENS, extra_env_kwargs=extra, seed=0, **settings)
-
-
+GROUP = 8
 def readable(info: dict, env: str) -> bool:
     """Whether the env could read an answer of the form its prompt asks for."""
     if env == "SRPO-Math-v0":
@@ -139,7 +89,7 @@ def write_table(results: dict) -> None:
              "avg@8 is the mean correctness (+- its standard error over tasks); mixed "
              "groups: tasks with some but not all of their 8 episodes right; readable: the "
              "answer in the form the prompt asks for. Prompt `example-v1`: the math roles' "
-             "prompts with one worked example (`EXAMPLE` in the script). Seconds ran beside "
+             "prompts with one worked example (`EXAMPLE` in `srpo_bench/real_model.py`). Seconds ran beside "
              "other work on the same cores.", "",
              "| setting | tasks | avg@8 | pass@8 | mixed groups | readable | accuracy "
              "when readable | tokens / task | cut off | seconds |",
@@ -155,18 +105,6 @@ def write_table(results: dict) -> None:
               "No one-agent setting has avg@8 within 0.15-0.60: none is chosen."]
     (RESULTS / "real_model_candidates.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-
-
-def chosen(results: dict) -> str | None:
-    """The rule: a one-agent setting with avg@8 in [0.15, 0.60], the most mixed groups."""
-    fit = [name for name, r in results.items()
-           if r["settings"].get("workflow", "single") == "single"
-           and 0.15 <= r["avg_at_8"] <= 0.60]
-    if not fit:
-        return None
-    return min(fit, key=lambda n: (-results[n]["mixed_groups"],
-                                   results[n]["settings"]["temperature"],
-                                   list(CANDIDATES).index(n)))
 
 
 def main() -> None:

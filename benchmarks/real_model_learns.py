@@ -43,11 +43,8 @@ from srpo_agents.models.policy import load_policy
 from srpo_agents.running.evaluate import evaluate, majority_at
 from srpo_agents.running.step import held_out, make_engine
 from srpo_agents.running.verdicts import diff_cell, difference, task_difference
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from real_model_candidates import CANDIDATES, chosen  # noqa: E402
-from real_model_candidates import config_for as candidate_config
-from real_model_run import run_one  # read back, resumed or run
+from srpo_bench.real_model import CANDIDATES, chosen, run_one
+from srpo_bench.real_model import config_for as candidate_config
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

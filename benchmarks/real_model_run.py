@@ -31,12 +31,12 @@ import argparse
 import json
 from pathlib import Path
 
-from srpo_agents.config import TrainConfig, same_settings
-from srpo_agents.running.checkpoint import checkpoint_dirs, has_checkpoint
+from srpo_agents.config import TrainConfig
+from srpo_agents.running.checkpoint import checkpoint_dirs
 from srpo_agents.running.metrics_log import read_metrics_rows
-from srpo_agents.running.train import train
 from srpo_agents.running.verdicts import diff_cell, difference, task_difference
 from srpo_bench.machine import describe, write_results
+from srpo_bench.real_model import run_one
 
 BASE = dict(env="SRPO-Math-v0", difficulty=(1,), model="smollm2-135m-instruct",
             max_new_tokens=128, max_turns=1, tasks_per_step=4, group_size=8, epochs=1,
@@ -47,17 +47,6 @@ RUNS = {"team": "solve_verify", "single": "single"}
 def config_for(name: str, out: Path, lr: float, steps: int, **changes) -> TrainConfig:
     return TrainConfig(**{**BASE, "workflow": RUNS[name], "lr": lr, "steps": steps,
                           "out": str(out / name), **changes})
-
-
-def run_one(config: TrainConfig) -> dict:
-    """The run's summary: read back when finished, resumed from its checkpoint, or run."""
-    summary = Path(config.out) / "summary.json"
-    if summary.is_file():
-        stored = json.loads(summary.read_text())
-        if same_settings(stored["config"], config, ignore=("out", "resume")):
-            return stored
-    resume = has_checkpoint(Path(config.out))
-    return train(TrainConfig(**{**config.to_dict(), "resume": resume}))
 
 
 def pilot(args, out: Path) -> None:
