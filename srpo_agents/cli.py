@@ -570,6 +570,13 @@ def describe_env(spec) -> str:
     if arguments:
         lines += ["", "constructor arguments (defaults; --extra-env-kwargs sets any):"]
         lines += [f"    {name} = {value!r}" for name, value in arguments]
+    sets = spec.named_prompt_sets()
+    if sets:
+        lines += ["", "named prompt sets (--extra-env-kwargs '{\"prompts\": \"NAME\"}'; a set "
+                  "replaces the templates of the roles it names):"]
+        for name, templates in sets.items():
+            lines.append(f"    {name}:" + ("" if templates else " the built-in templates"))
+            lines += [f"        {role}: {template!r}" for role, template in templates.items()]
     return "\n".join(lines)
 
 

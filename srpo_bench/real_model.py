@@ -12,23 +12,13 @@ from pathlib import Path
 from srpo_agents.config import TrainConfig, same_settings
 from srpo_agents.running.checkpoint import has_checkpoint
 from srpo_agents.running.train import train
+from srpo_envs.envs.math_env import PROMPT_SETS
 
 TOKENS = 128
 MODEL = "smollm2-135m-instruct"
 
-EXAMPLE_SOLVER = (
-    "You are a math solver. Work out the answer in one short line and put it in "
-    "\\boxed{}.\n\nExample problem: A shelf holds 6 cups and 5 more cups are put on it. "
-    "How many cups are on the shelf?\nExample answer: 6 + 5 = 11, so the answer is "
-    "\\boxed{11}.\n\nProblem: {question}\n")
-EXAMPLE_VERIFIER = (
-    "You are a math verifier. Check the solution to the problem. If its final answer is "
-    "correct, reply VERDICT: ACCEPT. Otherwise reply VERDICT: REJECT and the corrected "
-    "answer in \\boxed{}.\n\nExample: for the problem \"A shelf holds 6 cups and 5 more "
-    "cups are put on it. How many cups are on the shelf?\" and the solution \"6 + 5 = 12, "
-    "so the answer is \\boxed{12}.\" reply: VERDICT: REJECT. 6 + 5 = 11, so the answer is "
-    "\\boxed{11}.\n\nProblem: {question}\n\nSolution:\n{solution}\n")
-EXAMPLE = {"solver": EXAMPLE_SOLVER, "verifier": EXAMPLE_VERIFIER}
+# The one-example prompts: the math env's named set "example-v1" (its describe output).
+EXAMPLE = PROMPT_SETS["example-v1"]
 
 MATH = {"env": "SRPO-Math-v0", "max_turns": 1}
 CANDIDATES: dict[str, dict] = {

@@ -36,6 +36,7 @@ BUILTIN_SPECS = (
         description="math solve-and-verify: solvers, verifier, aggregator, router",
         agents_argument="n_solvers", turns_argument="max_rounds",
         levels_argument="difficulty", compact_prompts="srpo_envs.math_v0:COMPACT_PROMPTS",
+        prompt_sets="srpo_envs.envs.math_env:PROMPT_SETS",
         kwargs_function="srpo_envs.math_v0:run_kwargs",
         config_class="srpo_envs.envs.math_env:MathEnvConfig",
         reference_team="srpo_envs.scripted:ScriptedMathTeam",

@@ -93,6 +93,9 @@ class EnvSpec:
     compact_prompts: Mapping[str, str] | str = field(default_factory=dict)
     """Role templates for the tiny policy, passed as ``prompts=`` with ``compact`` (or
     ``"module:ATTRIBUTE"`` naming them, imported when used)."""
+    prompt_sets: Mapping[str, Mapping[str, str]] | str = field(default_factory=dict)
+    """Named sets of role templates a user passes as ``prompts=NAME`` (or
+    ``"module:ATTRIBUTE"`` naming them); ``srpo envs --describe`` shows them."""
     compact_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """More constructor arguments with ``compact`` (shorter passages, a compact world)."""
     reference_team: str | Callable[..., Any] | None = None
@@ -141,6 +144,13 @@ class EnvSpec:
             if isinstance(err, EnvArgumentError) or str(err).startswith(self.name):
                 raise
             raise self.explain(err) from err
+
+    def named_prompt_sets(self) -> dict[str, dict[str, str]]:
+        """``prompt_sets``, imported when named by ``"module:ATTRIBUTE"``."""
+        sets = self.prompt_sets
+        if isinstance(sets, str):
+            sets = _resolve(sets, f"{self.name}.prompt_sets")
+        return {name: dict(templates) for name, templates in sets.items()}
 
     def default_for(self, argument: str | None) -> Any:
         """The env's own default of constructor argument ``argument`` (from its

@@ -102,6 +102,17 @@ def placeholders(template: str) -> set[str]:
     return set(_PLACEHOLDER.findall(template))
 
 
+def named_prompts(prompts: Mapping[str, str] | str,
+                  sets: Mapping[str, Mapping[str, str]]) -> Mapping[str, str]:
+    """``prompts`` itself, or the set it names (``prompts="example-v1"``)."""
+    if not isinstance(prompts, str):
+        return prompts
+    if prompts not in sets:
+        raise ValueError(f"prompts={prompts!r}: expected a mapping of role templates or "
+                         f"one of the named sets {sorted(sets)}")
+    return dict(sets[prompts])
+
+
 def check_prompt_overrides(prompts: Mapping[str, str], defaults: Mapping[str, str],
                            required: Mapping[str, set[str | tuple[str, ...]]]) -> None:
     """Fail clearly on an unknown role or a template missing a required placeholder.

@@ -235,6 +235,8 @@ def test_generator_solutions_grade_as_correct(level):
     ({"max_output_chars": 3}, "max_output_chars=3"),
     ({"prompts": {"critic": "x"}}, "unknown roles"),
     ({"prompts": {"solver": "Solve it."}}, r"missing \['question'\]"),
+    ({"prompts": "example-v9"}, r"prompts='example-v9': expected .* named sets \['default', "
+                                r"'example-v1'\]"),
 ])
 def test_bad_config_names_the_field(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -246,6 +248,22 @@ def test_prompt_templates_are_overridable():
                                prompts={"solver": "Q: {question} A (box it as \\boxed{}):"})
     observations, _ = env.reset(options={"task": MathTask("t", "1 + {feedback}?", "1")})
     assert observations["solver_0"] == "Q: 1 + {feedback}? A (box it as \\boxed{}):"
+
+
+def test_a_named_prompt_set_gives_its_templates_and_keeps_the_rest():
+    from srpo_envs.envs.math_env import DEFAULT_PROMPTS, PROMPT_SETS
+
+    env = math_v0.parallel_env(workflow="solve_verify", prompts="example-v1")
+    observations, _ = env.reset(options={"task": MathTask("t", "What is 2 + 2?", "4")})
+    solver = PROMPT_SETS["example-v1"]["solver"]
+    assert observations["solver_0"] == solver.replace("{question}", "What is 2 + 2?")
+    assert "Example answer: 6 + 5 = 11" in observations["solver_0"]
+    observations, *_ = env.step({"solver_0": "2 + 2 = 4, so \\boxed{4}."})
+    assert observations["verifier_0"].startswith("You are a math verifier. Check the solution")
+    assert "VERDICT: REJECT. 6 + 5 = 11" in observations["verifier_0"]
+    assert env.templates["solver_retry"] == DEFAULT_PROMPTS["solver_retry"]  # not in the set
+    default = math_v0.parallel_env(workflow="single", prompts="default")
+    assert default.templates == DEFAULT_PROMPTS
 
 
 def test_aggregator_template_may_leave_out_the_question():

@@ -291,6 +291,16 @@ def test_srpo_envs_describe_lists_workflows_roles_flags_and_arguments(capsys):
     assert main(["envs", "--describe", "SRPO-Countdwn-v0"]) == 2  # names the closest id
 
 
+def test_srpo_envs_describe_shows_the_named_prompt_sets(capsys):
+    """A prompt a run can switch to is visible, text and all, in the env's description."""
+    assert main(["envs", "--describe", "SRPO-Math-v0"]) == 0
+    out = capsys.readouterr().out
+    sets = out[out.index("named prompt sets"):]
+    assert "    default: the built-in templates" in sets
+    assert "    example-v1:\n        solver: 'You are a math solver. Work out the answer" in sets
+    assert "        verifier: 'You are a math verifier." in sets
+
+
 def test_an_env_keeps_its_own_defaults_unless_a_flag_is_typed():
     """Untyped, --n-agents, --max-turns and --difficulty take the env's own defaults
     (Countdown: levels (0,); math: 2 rounds; search: 4 turns); typed, they win."""

@@ -64,7 +64,10 @@ See ``MathEnvConfig``. ``prompts`` overrides role templates by role name (``solv
 ``solver_retry``, ``verifier``, ``aggregator``, ``router``); see ``REQUIRED_PLACEHOLDERS`` for the
 placeholders each must contain. An aggregator template may leave out ``{question}``, and
 may show the solvers' final answers only (``{answers}``: one line ``Answer i: ...`` per
-solver, in agent order) instead of their full solutions (``{solutions}``).
+solver, in agent order) instead of their full solutions (``{solutions}``). ``prompts`` may
+instead name a set of ``PROMPT_SETS``: ``"example-v1"`` gives the solver and the verifier
+a format instruction and one worked example, which small instruct models need before
+their answers can be read (measured in ``benchmarks/results/real_model_candidates.md``).
 
 ## Version history
 - v0: initial release.
@@ -90,7 +93,7 @@ from srpo_envs.routing import (
     parse_route,
 )
 from srpo_envs.splits import check_split
-from srpo_envs.text import as_data, check_prompt_overrides, render
+from srpo_envs.text import as_data, check_prompt_overrides, named_prompts, render
 
 WORKFLOWS = ("single", "solve_verify", "parallel", "routed")
 
@@ -122,6 +125,26 @@ DEFAULT_PROMPTS: dict[str, str] = {
         "aggregator combines. Append +verify to have a verifier check the final answer "
         "(for example ROUTE: 2+verify). Larger teams cost more.\n\nProblem: {question}\n"
     ),
+}
+# Named prompt sets (``prompts="example-v1"``); a name, once published, never changes its
+# text: a new text gets a new version, so results recorded under a name stay reproducible.
+PROMPT_SETS: dict[str, dict[str, str]] = {
+    "default": {},
+    "example-v1": {
+        "solver": (
+            "You are a math solver. Work out the answer in one short line and put it in "
+            "\\boxed{}.\n\nExample problem: A shelf holds 6 cups and 5 more cups are put on "
+            "it. How many cups are on the shelf?\nExample answer: 6 + 5 = 11, so the answer "
+            "is \\boxed{11}.\n\nProblem: {question}\n"),
+        "verifier": (
+            "You are a math verifier. Check the solution to the problem. If its final "
+            "answer is correct, reply VERDICT: ACCEPT. Otherwise reply VERDICT: REJECT and "
+            "the corrected answer in \\boxed{}.\n\nExample: for the problem \"A shelf holds "
+            "6 cups and 5 more cups are put on it. How many cups are on the shelf?\" and the "
+            "solution \"6 + 5 = 12, so the answer is \\boxed{12}.\" reply: VERDICT: REJECT. "
+            "6 + 5 = 11, so the answer is \\boxed{11}.\n\nProblem: {question}\n\n"
+            "Solution:\n{solution}\n"),
+    },
 }
 REQUIRED_PLACEHOLDERS = {
     "solver": {"question"},
@@ -169,8 +192,8 @@ class MathEnvConfig:
     """Longest question placed in a prompt; longer questions are clipped."""
     reward_correct: float = 1.0
     reward_wrong: float = 0.0
-    prompts: Mapping[str, str] = field(default_factory=dict)
-    """Overrides of ``DEFAULT_PROMPTS`` by role."""
+    prompts: Mapping[str, str] | str = field(default_factory=dict)
+    """Overrides of ``DEFAULT_PROMPTS`` by role, or the name of a set in ``PROMPT_SETS``."""
     default_route: str = "ROUTE: 1"
     """Routed workflow: the route taken when the router's reply cannot be read."""
     cost_per_token: float = 0.0
@@ -194,6 +217,7 @@ class MathEnvConfig:
         check_cost(self.cost_per_token, 0.0, self.token_counter)
         self.route = parse_default_route(self.default_route, self.n_solvers, True,
                                          "default_route")
+        self.prompts = named_prompts(self.prompts, PROMPT_SETS)
         check_prompt_overrides(self.prompts, DEFAULT_PROMPTS, REQUIRED_PLACEHOLDERS)
 
 
