@@ -324,6 +324,14 @@ class LearnerConfig:
     in the backward: activation memory of one layer instead of all, for about a third
     more compute. The learner then scores in train mode with every dropout set to 0
     (transformers checkpoints only in train mode) and runs each row's prompt with it."""
+    skip_zero_advantage: bool = False
+    """Leave units whose advantage is exactly 0 (groups all right or all wrong) out of the
+    update's passes: every built-in loss is linear in the advantage, so without a KL term
+    (``beta`` 0) their gradient is exactly 0 and the update is the same (the normalizers
+    still count them; an optimizer step whose units are all 0 steps on zero gradients).
+    Saves their forward and backward. ``ratio_mean``, ``approx_kl``, ``entropy`` and
+    ``max_abs_log_ratio`` then cover the units that carried gradient. Ignored when
+    ``beta`` > 0."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts (also divides the learner's logits)."""
     data_parallel: bool = False

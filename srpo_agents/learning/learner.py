@@ -257,6 +257,20 @@ class Learner:
                      ).logits if response_ids.shape[1] > 1 else None
         return first.unsqueeze(1) if rest is None else torch.cat([first.unsqueeze(1), rest], 1)
 
+    @property
+    def skips_zero(self) -> bool:
+        return self.config.skip_zero_advantage and not (
+            self.reference is not None or self.base_reference)
+
+    def _carried(self, batch: UnitBatch, rank: int, world: int) -> list[int]:
+        """This rank's share of ``batch`` (every ``world``-th unit from ``rank``), less
+        the units of advantage 0 with ``skip_zero_advantage``: their loss terms and
+        gradients are exactly 0 (every loss is linear in the advantage; no KL term)."""
+        share = range(rank, len(batch), world)
+        if not self.skips_zero:
+            return list(share)
+        return [i for i in share if batch.advantages[i] != 0.0]
+
     def _microbatches(self, batch: UnitBatch) -> list[UnitBatch]:
         """Whole units, at most ``microbatch_rows`` rows each (a larger unit goes alone),
         grouped by length so that rows of similar length share their padding."""
@@ -383,7 +397,7 @@ class Learner:
         rank, world = _rank_and_world(self.config.data_parallel)
         # every epoch's mini-batches and this rank's micro-batches, drawn up front (the
         # same draws as one epoch at a time), so pi_old can be scored on epoch 0's own
-        plan = [[(mini, self._microbatches(mini.subset(range(rank, len(mini), world))))
+        plan = [[(mini, self._microbatches(mini.subset(self._carried(mini, rank, world))))
                  for mini in batch.minibatches(size, self.rng)]
                 for _ in range(self.config.epochs)]
         proximal_seconds = None
@@ -392,8 +406,8 @@ class Learner:
             first = [micro for _, micros in plan[0] for micro in micros]
             # rows this rank meets only in later epochs (other ranks' share of epoch 0)
             scored = {id(m) for micro in first for m in micro.samples}
-            rest = [i for i, unit in enumerate(batch.units)
-                    if any(id(m) not in scored for m in unit.members)]
+            rest = [i for i in self._carried(batch, 0, 1)
+                    if any(id(m) not in scored for m in batch.units[i].members)]
             self._score_proximal(first + (self._microbatches(batch.subset(rest)) if rest
                                           else []))
             proximal_seconds = time.monotonic() - tick
@@ -435,6 +449,10 @@ class Learner:
                     for key, value in figures.items():
                         sums[key] = sums.get(key, 0.0) + value * weight
                 clip_by_update.append(sums["clip_fraction"] - clipped_before)
+                if self.skips_zero:  # units left out: the step still sees every gradient
+                    for p in trainable:
+                        if p.grad is None:
+                            p.grad = torch.zeros_like(p)
                 if world > 1:
                     _sum_gradients(model)
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
