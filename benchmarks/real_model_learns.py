@@ -5,10 +5,11 @@ team trained with SRPO, weighed against one agent trained alone and the team und
     python benchmarks/real_model_learns.py run [--seeds 0 1 2] [--only team-srpo ...]
     python benchmarks/real_model_learns.py report     # the tables of what has finished
 
-**The setting** is the candidate that ``benchmarks/real_model_candidates.py``'s rule
-chooses (its table: real_model_candidates.md); its env prompt version is recorded with
-every run. The team is the
-env's team workflow (``TEAM``); the single agent plays ``single``.
+**The setting** is ``srpo_agents.running.real_recipe``: the candidate that
+``benchmarks/real_model_candidates.py``'s rule chooses (its table:
+real_model_candidates.md; a test holds the two equal); its env prompt version is recorded
+with every run. The team is the env's team workflow (``TEAM``); the single agent plays
+``single``.
 
 **The pilot, and its rule (fixed before any pilot ran).** Team SRPO on seed 10,
 ``PILOT_STEPS`` steps of ``TASKS_PER_STEP`` tasks x G = 8, for each entry of ``GRID``
@@ -45,10 +46,10 @@ from pathlib import Path
 from srpo_agents.config import TrainConfig
 from srpo_agents.models.policy import load_policy
 from srpo_agents.running.evaluate import evaluate, majority_at
+from srpo_agents.running.real_recipe import BATCH, TEAM, real_config, run_one
 from srpo_agents.running.step import held_out, make_engine
 from srpo_agents.running.verdicts import diff_cell, difference, task_difference
-from srpo_bench.real_model import CANDIDATES, chosen, run_one
-from srpo_bench.real_model import config_for as candidate_config
+from srpo_bench.real_model import chosen
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -61,8 +62,7 @@ def setting_name() -> str:
     return name
 
 
-TEAM = "solve_verify"
-TASKS_PER_STEP, GROUP = 4, 8
+TASKS_PER_STEP, GROUP = BATCH["tasks_per_step"], BATCH["group_size"]
 PILOT_SEEDS, PILOT_STEPS, PILOT_TASKS, PILOT_K = (10,), 16, 200, 2
 GRID = {"full lr 1e-5": {"lr": 1e-5}, "full lr 3e-5": {"lr": 3e-5},
         "lora lr 3e-4": {"lr": 3e-4, "per_role_adapters": "lora"}}
@@ -70,15 +70,6 @@ EVAL_TASKS, EVAL_K = 500, 2
 RUNS = {"team-srpo": {"workflow": TEAM, "algo": "srpo"},
         "single": {"workflow": "single", "algo": "srpo"},
         "team-grpo": {"workflow": TEAM, "algo": "grpo"}}
-
-
-def base_config(seed: int, out: Path, **changes) -> TrainConfig:
-    """The setting's config with the run's changes (workflow, algo, lr, steps...)."""
-    setting = candidate_config(CANDIDATES[setting_name()]).to_dict()
-    setting.update(tasks_per_step=TASKS_PER_STEP, group_size=GROUP, epochs=1,
-                   microbatch_rows=8, save_every=2, seed=seed, out=str(out))
-    setting.update(changes)
-    return TrainConfig(**setting)
 
 
 def validation(config: TrainConfig, model: str) -> dict:
@@ -98,7 +89,7 @@ def pilot(out: Path) -> None:
     path = RESULTS / "real_model_pilot_v2.json"
     data = json.loads(path.read_text()) if path.exists() else {}
     if "base" not in data:
-        team = base_config(PILOT_SEEDS[0], out / "pilot-base", workflow=TEAM)
+        team = real_config(PILOT_SEEDS[0], out / "pilot-base", workflow=TEAM)
         data["base"] = validation(team, team.model)   # the untrained team
         path.write_text(json.dumps(data, indent=1) + "\n")
     for name, changes in GRID.items():
@@ -106,7 +97,7 @@ def pilot(out: Path) -> None:
             key = f"{name}, seed {seed}"
             if key in data:
                 continue
-            config = base_config(seed, out / f"pilot-{name.replace(' ', '-')}-s{seed}",
+            config = real_config(seed, out / f"pilot-{name.replace(' ', '-')}-s{seed}",
                                  workflow=TEAM, algo="srpo", steps=PILOT_STEPS,
                                  eval_tasks=4, eval_k=1, **changes)
             summary = run_one(config)
@@ -118,6 +109,7 @@ def pilot(out: Path) -> None:
                          "reward": [r["reward"] for r in rows],
                          "wall_s": summary["time_breakdown"]["total"]}
             path.write_text(json.dumps(data, indent=1) + "\n")
+            write_pilot(data)
     write_pilot(data)
 
 
@@ -200,7 +192,7 @@ def run(args, out: Path) -> None:
         for run_name, changes in RUNS.items():
             if (run_name, seed) in done or (args.only and run_name not in args.only):
                 continue
-            config = base_config(seed, out / f"{run_name}-s{seed}", steps=args.steps,
+            config = real_config(seed, out / f"{run_name}-s{seed}", steps=args.steps,
                                  eval_tasks=EVAL_TASKS, eval_k=EVAL_K, **GRID[name],
                                  **changes)
             records.append(record(run_name, seed, run_one(config)))
@@ -267,8 +259,12 @@ def main() -> None:
     elif args.mode == "run":
         run(args, out)
     else:
+        pilot_path = RESULTS / "real_model_pilot_v2.json"
+        if pilot_path.exists():
+            write_pilot(json.loads(pilot_path.read_text()))
         path = RESULTS / "real_model_learns.json"
-        write_report(json.loads(path.read_text()) if path.exists() else [], args.steps)
+        if path.exists():
+            write_report(json.loads(path.read_text()), args.steps)
 
 
 if __name__ == "__main__":

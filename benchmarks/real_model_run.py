@@ -34,9 +34,9 @@ from pathlib import Path
 from srpo_agents.config import TrainConfig
 from srpo_agents.running.checkpoint import checkpoint_dirs
 from srpo_agents.running.metrics_log import read_metrics_rows
+from srpo_agents.running.real_recipe import run_one
 from srpo_agents.running.verdicts import diff_cell, difference, task_difference
 from srpo_bench.machine import describe, write_results
-from srpo_bench.real_model import run_one
 
 BASE = dict(env="SRPO-Math-v0", difficulty=(1,), model="smollm2-135m-instruct",
             max_new_tokens=128, max_turns=1, tasks_per_step=4, group_size=8, epochs=1,
@@ -54,6 +54,7 @@ def pilot(args, out: Path) -> None:
              f"Command: `python benchmarks/real_model_run.py pilot --lrs "
              f"{' '.join(map(str, args.lrs))} --steps {args.steps}`", "",
              f"Machine: {describe()}.", "",
+             "Prompts: the math env's built-in templates (prompt set \"default\").", "",
              "| lr | " + " | ".join(f"step {s}" for s in range(args.steps)) + " | wall (min) |",
              "|---:|" + "---:|" * (args.steps + 1)]
     data = {}
@@ -84,7 +85,8 @@ def report(args, summaries: dict[str, dict]) -> None:
              f"{args.steps}`", "", f"Machine: {describe()}.", "",
              f"Setting: {json.dumps({k: v for k, v in BASE.items()})}, lr {args.lr:g}, "
              f"{args.steps} steps; held-out: the first {BASE['eval_tasks']} distinct tasks "
-             "of the generator's test split, k = 1.", "",
+             "of the generator's test split, k = 1. Prompts: the math env's built-in "
+             "templates (prompt set \"default\").", "",
              "| run | workflow | before avg@1 | after avg@1 | after - before (paired) | z | "
              "boxed before | boxed after | tokens/task before | tokens/task after | "
              "wall of its last invocation (min) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

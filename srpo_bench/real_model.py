@@ -1,17 +1,12 @@
 """SmolLM2-135M-Instruct's real-model settings (issue 50), shared by the benchmarks that
 measure them: the candidate settings and their chooser
 (``benchmarks/real_model_candidates.py``), the learning runs
-(``benchmarks/real_model_learns.py``) and ``run_one``, which reads a finished run back,
-resumes one from its checkpoint or runs it (``benchmarks/real_model_run.py`` too)."""
+(``benchmarks/real_model_learns.py``); their runs go through
+``srpo_agents.running.real_recipe.run_one``."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from srpo_agents.config import TrainConfig, same_settings
-from srpo_agents.running.checkpoint import has_checkpoint
-from srpo_agents.running.train import train
+from srpo_agents.config import TrainConfig
 from srpo_envs.envs.math_env import PROMPT_SETS
 
 TOKENS = 128
@@ -64,14 +59,3 @@ def chosen(results: dict) -> str | None:
     return min(fit, key=lambda n: (-results[n]["mixed_groups"],
                                    results[n]["settings"]["temperature"],
                                    list(CANDIDATES).index(n)))
-
-
-def run_one(config: TrainConfig) -> dict:
-    """The run's summary: read back when finished, resumed from its checkpoint, or run."""
-    summary = Path(config.out) / "summary.json"
-    if summary.is_file():
-        stored = json.loads(summary.read_text())
-        if same_settings(stored["config"], config, ignore=("out", "resume")):
-            return stored
-    resume = has_checkpoint(Path(config.out))
-    return train(TrainConfig(**{**config.to_dict(), "resume": resume}))

@@ -210,3 +210,24 @@ def test_data_parallel_ranks_train_the_real_model_alike(tmp_path):
 
     assert rows(out) == rows(out / "rank-1")
     assert rows(out)[0]["events"] == 8  # 2 tasks x 2 episodes x 2 events, gathered
+
+
+def test_the_real_model_demo_runs_end_to_end_and_resumes(tmp_path, monkeypatch):
+    """``make demo-real``'s code path in miniature (one step, a few tokens): the table,
+    the verdict and the side-by-side view; run again, it reads the finished run back."""
+    from srpo_agents.running import real_demo
+
+    lines: list[str] = []
+    small = dict(steps=1, tasks_per_step=1, group_size=2, eval_tasks=2, eval_k=1,
+                 max_new_tokens=8)
+    monkeypatch.setattr(real_demo, "SHOW_TASKS", 2)
+    out = str(tmp_path / "demo")
+    summary = real_demo.run(0, out, log=lines.append, **small)
+    text = "\n".join(lines)
+    assert "smollm2-135m-instruct as a solve_verify team" in text and "prompts example-v1" in text
+    assert "| avg@1 |" in text and "readable answers" in text and "Verdict: " in text
+    assert "solver" in text and "verifier" in text and "before training" in text
+    assert summary["difference"]["tasks"] == 2 and any("step 1/1" in line for line in lines)
+    again: list[str] = []
+    assert real_demo.run(0, out, log=again.append, **small)["after"] == summary["after"]
+    assert not any("step 1/1" in line for line in again)   # read back, not retrained

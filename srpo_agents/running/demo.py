@@ -182,8 +182,9 @@ def _turns(rollout: Rollout) -> list[tuple[str, str]]:
 
 
 def side_by_side(before: list[Rollout], after: list[Rollout], question: str,
-                 gold: str, index: int, width: int = 44) -> list[str]:
-    """One validation question played by the start and the trained team, role by role."""
+                 gold: str, index: int, width: int = 44, wrap: bool = False) -> list[str]:
+    """One validation question played by the start and the trained team, role by role;
+    ``wrap``: each text in full, wrapped to its column (else cut to one line)."""
     b, a = before[index], after[index]
     right = (sum(bool(r.correct) for r in before), sum(bool(r.correct) for r in after))
     lines = [f"Q: {question}   (gold: {gold})",
@@ -193,8 +194,13 @@ def side_by_side(before: list[Rollout], after: list[Rollout], question: str,
              f"{'role':<10} {'before training':<{width}} {'after training':<{width}}"]
     for left, right_turn in itertools.zip_longest(_turns(b), _turns(a), fillvalue=("", "")):
         role = left[0] or right_turn[0]
-        lines.append(f"{role:<10} {_short(left[1], width):<{width}} "
-                     f"{_short(right_turn[1], width):<{width}}")
+        if wrap:
+            columns = [textwrap.wrap(" ".join(t[1].split()), width) or [""]
+                       for t in (left, right_turn)]
+        else:
+            columns = [[_short(t[1], width)] for t in (left, right_turn)]
+        for row, (l_text, r_text) in enumerate(itertools.zip_longest(*columns, fillvalue="")):
+            lines.append(f"{role if row == 0 else '':<10} {l_text:<{width}} {r_text:<{width}}")
     verdict = {True: "right", False: "wrong", None: "-"}
     lines.append(f"{'outcome':<10} {verdict[b.correct]:<{width}} {verdict[a.correct]}")
     return [line.rstrip() for line in lines]
@@ -214,12 +220,42 @@ def redraw_curve(config: TrainConfig, start_policy: Policy, summary: dict) -> No
                summary["after"], config.steps, start_validation=start)
 
 
-def verdict_line(difference: dict, k: int) -> str:
+def verdict_line(difference: dict, k: int, bar: tuple[float, float] = BAR) -> str:
     gain, z = difference["avg_at_k"], difference["avg_at_k_z"]
-    met = cleared(difference, *BAR)
+    met = cleared(difference, *bar)
+    parts = ([f">= +{bar[0]}"] if bar[0] > 0 else []) + [f">= {bar[1]:.0f} SE"]
     return (f"Verdict: {'LEARNED' if met else 'below the bar'}: held-out avg@{k} "
             f"{gain:+.3f} ± {difference['avg_at_k_stderr']:.3f} ({z:+.1f} SE) "
-            f"{'meets' if met else 'misses'} the demo's bar (>= +{BAR[0]} and >= {BAR[1]:.0f} SE).")
+            f"{'meets' if met else 'misses'} the demo's bar ({' and '.join(parts)}).")
+
+
+def before_after_lines(summary: dict, k: int, items: str = "questions") -> list[str]:
+    """The held-out table before and after, the paired difference and what it means."""
+    d = summary["difference"]
+    return [format_table(summary["before"], summary["after"]),
+            f"| after - before, paired by task | avg@{k} {d['avg_at_k']:+.3f} ± "
+            f"{d['avg_at_k_stderr']:.3f} ({d['avg_at_k_z']:+.1f} SE) | pass@{k} "
+            f"{d['pass_at_k']:+.3f} ± {d['pass_at_k_stderr']:.3f} |",
+            f"\nheld-out: {d['tasks']} test-split {items} x k={k}; ± is the standard error "
+            f"over {items} (of the per-{items[:-1]} difference in the last row)."]
+
+
+def shown_lines(config: TrainConfig, before: list[Rollout], after: list[Rollout],
+                **layout) -> list[str]:
+    """``side_by_side`` of the first validation task whose outcome changed."""
+    changed = next((i for i, (b, a) in enumerate(zip(before, after, strict=True))
+                    if b.correct != a.correct), 0)
+    task = env_factory(config, "validation")(0).task(changed)
+    gold = task.answers[0] if hasattr(task, "answers") else task.answer
+    return side_by_side(before, after, task.question, gold, changed, **layout)
+
+
+def closing_lines(summary: dict, seconds: float, out: str) -> list[str]:
+    times = summary["time_breakdown"]
+    return [f"\nWall time {seconds:.0f} s: " + ", ".join(
+                f"{name} {value:.0f} s" for name, value in times.items() if name != "total"),
+            f"Learning curve: {Path(out) / 'learning_curve.png'}; run folder: {out} "
+            f"(metrics.jsonl, summary.json, policy/)"]
 
 
 def run(seed: int = 0, out: str = "runs/demo", steps: int = DEMO["steps"], log=print) -> dict:
@@ -239,28 +275,14 @@ def run(seed: int = 0, out: str = "runs/demo", steps: int = DEMO["steps"], log=p
     trained = load_policy(str(out_path / "policy"))
     shown_after = play(trained, config, SHOW_TASKS, seed)
     ratios = set_ratios(trained, shown_before[0])
-    d, k = summary["difference"], config.eval_k
     log("")
-    log(format_table(summary["before"], summary["after"]))
-    log(f"| after - before, paired by task | avg@{k} {d['avg_at_k']:+.3f} ± "
-        f"{d['avg_at_k_stderr']:.3f} ({d['avg_at_k_z']:+.1f} SE) | pass@{k} "
-        f"{d['pass_at_k']:+.3f} ± {d['pass_at_k_stderr']:.3f} |")
-    log(f"\nheld-out: {d['tasks']} test-split questions x k={k}; ± is the standard error "
-        f"over questions (of the per-question difference in the last row).")
-    log(verdict_line(d, k))
+    log("\n".join(before_after_lines(summary, config.eval_k)))
+    log(verdict_line(summary["difference"], config.eval_k))
     log("\nThe trained policy's set ratio on the start policy's actions above: " + ", ".join(
         f"{event} {value:.2f}" for event, value in ratios.items()))
-    changed = next((i for i, (b, a) in enumerate(zip(shown_before, shown_after, strict=True))
-                    if b.correct != a.correct), 0)
-    task = env_factory(config, "validation")(0).task(changed)
     log("")
-    log("\n".join(side_by_side(shown_before, shown_after, task.question, task.answers[0],
-                               changed)))
-    times = summary["time_breakdown"]
-    log(f"\nWall time {time.monotonic() - started:.0f} s: " + ", ".join(
-        f"{name} {seconds:.0f} s" for name, seconds in times.items() if name != "total"))
-    log(f"Learning curve: {out_path / 'learning_curve.png'}; run folder: {out} "
-        f"(metrics.jsonl, summary.json, policy/)")
+    log("\n".join(shown_lines(config, shown_before, shown_after)))
+    log("\n".join(closing_lines(summary, time.monotonic() - started, out)))
     return summary
 
 
