@@ -81,8 +81,7 @@ def validation(config: TrainConfig, model: str) -> dict:
                              wanted=PILOT_TASKS)
     start = time.monotonic()
     result = evaluate(engine, envs, indices, PILOT_K, tag="pilot")
-    return {**{k: v for k, v in result.items() if k != "per_task_pass"},
-            "seconds": time.monotonic() - start}
+    return {**result, "seconds": time.monotonic() - start}
 
 
 def pilot(out: Path) -> None:
@@ -210,7 +209,7 @@ def write_report(records: list[dict], steps: int) -> None:
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(records, key=lambda r: (r["run"], r["seed"])):
         lines.append(f"| {r['run']} | {r['seed']} | {r['before']:.3f} | {r['after']:.3f} | "
-                     f"{r['diff']:+.3f} +- {r['se']:.3f} | {r['diff'] / r['se']:+.1f} | "
+                     f"{r['diff']:+.3f} +- {r['se']:.3f} | {z_score(r['diff'], r['se'])} | "
                      f"{r['readable_before']:.3f} | {r['readable_after']:.3f} | "
                      f"{r['accuracy_when_readable_after']:.3f} | "
                      f"{r['tokens_per_task_after']:.0f} | {r['wall_s'] / 60:.0f} |")
@@ -226,6 +225,11 @@ def write_report(records: list[dict], steps: int) -> None:
                   + diff_cell(difference(by_run["team-srpo"], by_run["team-grpo"])) + "."]
     (RESULTS / "real_model_learns.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def z_score(diff: float, se: float) -> str:
+    """diff / se, or "-" where the paired differences were all equal (se 0)."""
+    return f"{diff / se:+.1f}" if se > 0 else "-"
 
 
 def majority_line(records: list[dict]) -> str:

@@ -78,3 +78,44 @@ def test_the_pilot_reads_only_validation_and_seeds_of_ten_or_more(seeds):
     module = learns_module()
     assert tuple(module.PILOT_SEEDS) == seeds and min(module.PILOT_SEEDS) >= 10
     assert "split=\"validation\"" in (REPO / "benchmarks" / "real_model_learns.py").read_text()
+
+
+@pytest.mark.slow
+def test_the_script_runs_pilot_runs_and_report_end_to_end(math_tiny_dir, tmp_path,
+                                                          monkeypatch):
+    """``pilot``, ``run`` and ``report`` in miniature (the tiny model, one step, a few
+    tasks), LoRA entry included, so a long real run cannot fail at its last line."""
+    import shutil
+    from argparse import Namespace
+
+    module = learns_module()
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(RESULTS / "real_model_candidates.json", results)
+    tiny = dict(model=str(math_tiny_dir), max_new_tokens=8, tasks_per_step=1, group_size=2)
+    monkeypatch.setattr(module, "real_config",
+                        lambda seed, out, **changes: real_config(seed, out,
+                                                                 **{**changes, **tiny}))
+    monkeypatch.setattr(module, "RESULTS", results)
+    monkeypatch.setattr(module, "PILOT_STEPS", 1)
+    monkeypatch.setattr(module, "PILOT_TASKS", 3)
+    monkeypatch.setattr(module, "EVAL_TASKS", 3)
+    monkeypatch.setattr(module, "GRID", {
+        "full lr 1e-5": {"lr": 1e-5},
+        "lora lr 3e-4": {"lr": 3e-4, "per_role_adapters": "lora", "lora_rank": 2}})
+    module.pilot(tmp_path / "runs")
+    pilot = json.loads((results / "real_model_pilot_v2.json").read_text())
+    assert {"base", "full lr 1e-5, seed 10", "lora lr 3e-4, seed 10"} <= set(pilot)
+    table = (results / "real_model_pilot_v2.md").read_text()
+    assert "Chosen by the rule: " in table and "not run yet" not in table
+    module.run(Namespace(seeds=[0], only=None, steps=1), tmp_path / "runs")
+    records = json.loads((results / "real_model_learns.json").read_text())
+    assert sorted(r["run"] for r in records) == ["single", "team-grpo", "team-srpo"]
+    for record in records:
+        assert record["tasks"] == 3 and record["steps"] == 1 and record["seed"] == 0
+        assert record["prompt_version"] == "example-v1"
+        assert {"before", "after", "diff", "se", "readable_before", "readable_after",
+                "wall_s", "model", "env", "workflow", "algo"} <= set(record)
+    report = (results / "real_model_learns.md").read_text()
+    assert "| team-srpo | 0 |" in report and "Team - single agent (after): " in report
+    assert "SRPO - GRPO (the team, after): " in report and "(vote of " in report
