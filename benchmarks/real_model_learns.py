@@ -46,7 +46,7 @@ from pathlib import Path
 from srpo_agents.config import TrainConfig
 from srpo_agents.models.policy import load_policy
 from srpo_agents.running.evaluate import evaluate, majority_at
-from srpo_agents.running.real_recipe import BATCH, TEAM, real_config, run_one
+from srpo_agents.running.real_recipe import BATCH, RUN, TEAM, real_config, run_one
 from srpo_agents.running.step import held_out, make_engine
 from srpo_agents.running.verdicts import diff_cell, difference, task_difference
 from srpo_bench.real_model import chosen
@@ -66,7 +66,15 @@ TASKS_PER_STEP, GROUP = BATCH["tasks_per_step"], BATCH["group_size"]
 PILOT_SEEDS, PILOT_STEPS, PILOT_TASKS, PILOT_K = (10,), 16, 200, 2
 GRID = {"full lr 1e-5": {"lr": 1e-5}, "full lr 3e-5": {"lr": 3e-5},
         "lora lr 3e-4": {"lr": 3e-4, "per_role_adapters": "lora"}}
-EVAL_TASKS, EVAL_K = 500, 2
+EVAL_TASKS, EVAL_K = RUN["eval_tasks"], RUN["eval_k"]
+FORMAT_NOTE = (
+    "Readable: the team's final answer was in \\boxed{} (the format the prompts ask for); "
+    "accuracy when readable: the right share of those. The env grades every final "
+    "answer, its last \\boxed{} or else its last number, so a team that learns to end on "
+    "its answer gains without boxing it: a gain that is only format shows as a readable "
+    "rate or a cut-off rate that moves while accuracy when readable does not.")
+BUDGET_S = 2 * 3600
+"""Each run's wall-time budget, evaluations included (issue 50)."""
 RUNS = {"team-srpo": {"workflow": TEAM, "algo": "srpo"},
         "single": {"workflow": "single", "algo": "srpo"},
         "team-grpo": {"workflow": TEAM, "algo": "grpo"}}
@@ -138,23 +146,32 @@ def write_pilot(data: dict) -> None:
              f"{base.get('boxed_rate', float('nan')):.3f}. The rule is in the script's "
              "docstring, fixed before the pilot ran.", "",
              "| grid entry | seed | validation avg@k | gain (paired) | readable | accuracy "
-             "when readable | seconds a step | wall (min) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "when readable | tokens / task | cut off | seconds a step | validation (s) | "
+             "wall (min) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+             f"| untrained team | - | {base['avg_at_k']:.3f} | | {base['boxed_rate']:.3f} | "
+             f"{base['boxed_accuracy']:.3f} | {base['tokens_per_task']:.0f} | "
+             f"{base['cut_off_rate']:.3f} | | {base['seconds']:.0f} | |"]
     for name in GRID:
         for seed in PILOT_SEEDS:
             row = data.get(f"{name}, seed {seed}")
             if row is None:
-                lines.append(f"| {name} | {seed} | not run yet | | | | | |")
+                lines.append(f"| {name} | {seed} | not run yet | | | | | | | | |")
                 continue
             v, d = row["validation"], row["diff"]
             lines.append(
                 f"| {name} | {seed} | {v['avg_at_k']:.3f} | {d['avg_at_k']:+.3f} +- "
-                f"{d['avg_at_k_stderr']:.3f} | {v.get('boxed_rate', float('nan')):.3f} | "
-                f"{v.get('boxed_accuracy', float('nan')):.3f} | "
+                f"{d['avg_at_k_stderr']:.3f} | {v['boxed_rate']:.3f} | "
+                f"{v['boxed_accuracy']:.3f} | {v['tokens_per_task']:.0f} | "
+                f"{v['cut_off_rate']:.3f} | "
                 f"{sum(row['step_seconds']) / len(row['step_seconds']):.0f} | "
-                f"{row['wall_s'] / 60:.0f} |")
+                f"{v['seconds']:.0f} | {row['wall_s'] / 60:.0f} |")
     chosen = choose(data)
-    lines += ["", f"Chosen by the rule: {chosen}." if chosen else
+    lines += ["", FORMAT_NOTE, ""]
+    lines += [f"Chosen by the rule: {chosen}. Steps of the runs: "
+              f"{fitting_steps(data, chosen)}, as many as fit {BUDGET_S // 3600} hours with "
+              f"both evaluations ({EVAL_TASKS} tasks x k = {EVAL_K}, each costed from the "
+              "validations above by the episodes it plays) at its mean seconds a step."
+              if chosen else
               "Not every grid entry has run on every pilot seed: nothing is chosen yet."]
     (RESULTS / "real_model_pilot_v2.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -171,6 +188,8 @@ def record(name: str, seed: int, summary: dict) -> dict:
             "readable_after": after.get("boxed_rate"),
             "accuracy_when_readable_before": before.get("boxed_accuracy"),
             "accuracy_when_readable_after": after.get("boxed_accuracy"),
+            "cut_off_before": before.get("cut_off_rate"),
+            "cut_off_after": after.get("cut_off_rate"),
             "tokens_per_task_before": before["tokens_per_task"],
             "tokens_per_task_after": after["tokens_per_task"],
             "wall_s": summary["time_breakdown"]["total"],
@@ -179,11 +198,29 @@ def record(name: str, seed: int, summary: dict) -> dict:
             "per_task_votes_after": after.get("per_task_votes")}
 
 
+def fitting_steps(data: dict, name: str) -> int:
+    """As many steps as fit ``BUDGET_S`` with both evaluations: the entry's mean seconds
+    a step in the pilot; the evaluations' cost scaled from the pilot's validations by the
+    episodes they play (the base's for "before", the trained policy's for "after")."""
+    rows = [data[f"{name}, seed {s}"] for s in PILOT_SEEDS]
+    seconds = [x for row in rows for x in row["step_seconds"]]
+    scale = EVAL_TASKS * EVAL_K / (PILOT_TASKS * PILOT_K)
+    before = data["base"]["seconds"] * scale
+    after = sum(row["validation"]["seconds"] for row in rows) / len(rows) * scale
+    return int((BUDGET_S - before - after) // (sum(seconds) / len(seconds)))
+
+
 def run(args, out: Path) -> None:
-    chosen = json.loads((RESULTS / "real_model_pilot_v2.json").read_text())
-    name = choose(chosen)
+    """The runs, with the recipe's ``RUN``, which must be the pilot's choice."""
+    pilot_data = json.loads((RESULTS / "real_model_pilot_v2.json").read_text())
+    name = choose(pilot_data)
     if name is None:
         sys.exit("the pilot has not finished: run `pilot` first")
+    wanted = {**GRID[name], "steps": args.steps or fitting_steps(pilot_data, name)}
+    differ = {k: (RUN.get(k), v) for k, v in wanted.items() if RUN.get(k) != v}
+    if differ and not args.steps:
+        sys.exit(f"srpo_agents/running/real_recipe.py RUN is not the pilot's choice "
+                 f"({name}): (RUN's, the pilot's) {differ}")
     path = RESULTS / "real_model_learns.json"
     records = json.loads(path.read_text()) if path.exists() else []
     done = {(r["run"], r["seed"]) for r in records}
@@ -191,28 +228,32 @@ def run(args, out: Path) -> None:
         for run_name, changes in RUNS.items():
             if (run_name, seed) in done or (args.only and run_name not in args.only):
                 continue
-            config = real_config(seed, out / f"{run_name}-s{seed}", steps=args.steps,
-                                 eval_tasks=EVAL_TASKS, eval_k=EVAL_K, **GRID[name],
-                                 **changes)
+            config = real_config(seed, out / f"{run_name}-s{seed}",
+                                 **{**RUN, **wanted, **changes})
             records.append(record(run_name, seed, run_one(config)))
             path.write_text(json.dumps(records, indent=1) + "\n")
-    write_report(records, args.steps)
+    write_report(records)
 
 
-def write_report(records: list[dict], steps: int) -> None:
+def write_report(records: list[dict]) -> None:
+    steps = sorted({r["steps"] for r in records})
     lines = ["# A real LLM learns on two CPU cores (issue 50)", "",
-             f"`python benchmarks/real_model_learns.py run --steps {steps}`: setting "
+             f"`python benchmarks/real_model_learns.py run`: {'/'.join(map(str, steps))} "
+             f"steps of the recipe (srpo_agents/running/real_recipe.py); setting "
              f"\"{setting_name()}\"; {EVAL_TASKS} held-out test tasks x k = {EVAL_K} before and "
              "after; gain is after - before, paired by task (+- its standard error).", "",
-             "| run | seed | before | after | gain | z | readable before | readable after "
-             "| accuracy when readable, after | tokens / task after | wall (min) |",
+             "| run | seed | before | after | gain | z | readable | accuracy when readable "
+             "| cut off | tokens / task | wall (min) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(records, key=lambda r: (r["run"], r["seed"])):
         lines.append(f"| {r['run']} | {r['seed']} | {r['before']:.3f} | {r['after']:.3f} | "
                      f"{r['diff']:+.3f} +- {r['se']:.3f} | {z_score(r['diff'], r['se'])} | "
-                     f"{r['readable_before']:.3f} | {r['readable_after']:.3f} | "
-                     f"{r['accuracy_when_readable_after']:.3f} | "
+                     f"{r['readable_before']:.3f} -> {r['readable_after']:.3f} | "
+                     f"{r['accuracy_when_readable_before']:.3f} -> "
+                     f"{r['accuracy_when_readable_after']:.3f} | {r['cut_off_before']:.3f} -> "
+                     f"{r['cut_off_after']:.3f} | {r['tokens_per_task_before']:.0f} -> "
                      f"{r['tokens_per_task_after']:.0f} | {r['wall_s'] / 60:.0f} |")
+    lines += ["", FORMAT_NOTE]
     by_run = {name: [{"seed": r["seed"], "per_task_avg": r["per_task_after"]}
                      for r in records if r["run"] == name] for name in RUNS}
     if by_run["team-srpo"] and by_run["single"]:
@@ -253,7 +294,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=["pilot", "run", "report"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="override the recipe's steps (a trial; recorded in each run)")
     parser.add_argument("--only", nargs="*", default=None, choices=list(RUNS))
     parser.add_argument("--out", default="runs/real-model-learns")
     args = parser.parse_args()
@@ -268,7 +310,7 @@ def main() -> None:
             write_pilot(json.loads(pilot_path.read_text()))
         path = RESULTS / "real_model_learns.json"
         if path.exists():
-            write_report(json.loads(path.read_text()), args.steps)
+            write_report(json.loads(path.read_text()))
 
 
 if __name__ == "__main__":

@@ -100,6 +100,7 @@ def test_the_script_runs_pilot_runs_and_report_end_to_end(math_tiny_dir, tmp_pat
     monkeypatch.setattr(module, "PILOT_STEPS", 1)
     monkeypatch.setattr(module, "PILOT_TASKS", 3)
     monkeypatch.setattr(module, "EVAL_TASKS", 3)
+    monkeypatch.setattr(module, "RUN", {**module.RUN, "eval_tasks": 3})
     monkeypatch.setattr(module, "GRID", {
         "full lr 1e-5": {"lr": 1e-5},
         "lora lr 3e-4": {"lr": 3e-4, "per_role_adapters": "lora", "lora_rank": 2}})
@@ -108,6 +109,9 @@ def test_the_script_runs_pilot_runs_and_report_end_to_end(math_tiny_dir, tmp_pat
     assert {"base", "full lr 1e-5, seed 10", "lora lr 3e-4, seed 10"} <= set(pilot)
     table = (results / "real_model_pilot_v2.md").read_text()
     assert "Chosen by the rule: " in table and "not run yet" not in table
+    assert "| untrained team | - |" in table and "Steps of the runs: " in table
+    with pytest.raises(SystemExit, match="RUN is not the pilot's choice"):
+        module.run(Namespace(seeds=[0], only=None, steps=None), tmp_path / "runs")
     module.run(Namespace(seeds=[0], only=None, steps=1), tmp_path / "runs")
     records = json.loads((results / "real_model_learns.json").read_text())
     assert sorted(r["run"] for r in records) == ["single", "team-grpo", "team-srpo"]

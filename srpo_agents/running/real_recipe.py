@@ -55,5 +55,5 @@ def run_one(config: TrainConfig, log=print) -> dict:
     resume = has_checkpoint(Path(config.out))
     return train(TrainConfig(**{**config.to_dict(), "resume": resume}), log=log)
 
-RUN = dict(lr=1e-5, steps=40, eval_tasks=500, eval_k=2)
+RUN = dict(lr=1e-5, steps=40, eval_tasks=500, eval_k=2, skip_zero_advantage=True)
 """PROVISIONAL until the pilot ends: the update the pilot chose and the steps that fit 2 hours."""
