@@ -123,3 +123,27 @@ def test_the_script_runs_pilot_runs_and_report_end_to_end(math_tiny_dir, tmp_pat
     report = (results / "real_model_learns.md").read_text()
     assert "| team-srpo | 0 |" in report and "Team - single agent (after): " in report
     assert "SRPO - GRPO (the team, after): " in report and "(vote of " in report
+
+
+def test_the_docs_hand_command_is_the_demos_run():
+    """docs/training.md's ``srpo train`` line for the real demo builds the demo's config
+    (the prompt set by name there, by its text in the recipe)."""
+    import shlex
+
+    from srpo_agents.cli import build_parser, config_from_args
+    from srpo_agents.running.real_demo import demo_config
+    from srpo_envs.envs.math_env import PROMPT_SETS
+
+    text = (REPO / "docs" / "training.md").read_text()
+    block = text[text.index("The same run by hand:"):]
+    block = block[block.index("```bash") + len("```bash"):]
+    block = block[:block.index("```")]
+    argv = shlex.split(block.replace("\\\n", " "))
+    assert argv[:2] == ["srpo", "train"]
+    config = config_from_args(build_parser().parse_args(argv[1:])).to_dict()
+    demo = demo_config(0, config["out"]).to_dict()
+    assert config["extra_env_kwargs"] == {"prompts": "example-v1"}
+    assert demo["extra_env_kwargs"] == {"prompts": PROMPT_SETS["example-v1"]}
+    differ = {k: (config[k], demo[k]) for k in demo
+              if k != "extra_env_kwargs" and config[k] != demo[k]}
+    assert not differ
