@@ -13,10 +13,12 @@ from srpo_agents.rollout.engine import RolloutEngine
 from srpo_agents.rollout.envs import env_factory
 
 
-def make_batch(policy, tasks: int, group: int, max_new_tokens: int, **setting):
+def make_batch(policy, tasks: int, group: int, max_new_tokens: int, fill_zero: bool = True,
+               **setting):
     """(units, advantages) of ``tasks`` x ``group`` train episodes played by ``policy``
     (``setting``: TrainConfig fields; default the tiny math parallel team): set units,
-    per-task advantages, random ones where a group had one reward."""
+    per-task advantages, random ones where a group had one reward (unless not
+    ``fill_zero``)."""
     make = env_factory(TrainConfig(**(setting or {"model": "tiny"})), "train")
     envs = [make(i) for i in range(tasks * group)]
     engine = RolloutEngine(policy, max_new_tokens=max_new_tokens, seed=0)
@@ -25,6 +27,7 @@ def make_batch(policy, tasks: int, group: int, max_new_tokens: int, **setting):
     units, _ = build_units(engine.run(envs, options), "set")
     advantages = ADVANTAGE_ESTIMATORS["task"]([u.info for u in units])
     # Random advantages where a group had one reward, so both sides do real work.
-    rng = np.random.default_rng(0)
-    advantages = np.where(advantages == 0, rng.normal(size=len(units)), advantages)
+    if fill_zero:
+        rng = np.random.default_rng(0)
+        advantages = np.where(advantages == 0, rng.normal(size=len(units)), advantages)
     return units, advantages
