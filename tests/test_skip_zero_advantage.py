@@ -65,7 +65,8 @@ def test_the_update_is_the_same_without_the_zero_units(math_tiny_dir, algo, conf
                                                   **config)
     figures, grads, rows = _update(skipping, units, advantages, algo, True, **config)
     assert rows < full_rows          # the zero units' passes were left out
-    assert figures["loss"] == pytest.approx(full_figures["loss"], abs=1e-6)
+    # float32 round-off, relative: REINFORCE's loss is a sum of log-probs (about 2.5)
+    assert figures["loss"] == pytest.approx(full_figures["loss"], rel=1e-5, abs=1e-6)
     assert figures["clip_fraction"] == pytest.approx(full_figures["clip_fraction"], abs=1e-9)
     assert len(grads) == len(full_grads) == (config.get("epochs", 1) if not
                                             config.get("minibatch_units") else len(grads))
