@@ -72,7 +72,10 @@ FORMAT_NOTE = (
     "accuracy when readable: the right share of those. The env grades every final "
     "answer, its last \\boxed{} or else its last number, so a team that learns to end on "
     "its answer gains without boxing it: a gain that is only format shows as a readable "
-    "rate or a cut-off rate that moves while accuracy when readable does not.")
+    "rate or a cut-off rate that moves while accuracy when readable does not. Written "
+    "anywhere: the team wrote the right answer somewhere in its texts, as any box or "
+    "number (the env's answer_anywhere); a trained accuracy above the untrained team's "
+    "rate is more than a better reading of answers it already wrote.")
 BUDGET_S = 2 * 3600
 """Each run's wall-time budget, evaluations included (issue 50)."""
 RUNS = {"team-srpo": {"workflow": TEAM, "algo": "srpo"},
@@ -188,6 +191,8 @@ def record(name: str, seed: int, summary: dict) -> dict:
             "readable_after": after.get("boxed_rate"),
             "accuracy_when_readable_before": before.get("boxed_accuracy"),
             "accuracy_when_readable_after": after.get("boxed_accuracy"),
+            "anywhere_before": before.get("answer_anywhere_rate"),
+            "anywhere_after": after.get("answer_anywhere_rate"),
             "cut_off_before": before.get("cut_off_rate"),
             "cut_off_after": after.get("cut_off_rate"),
             "tokens_per_task_before": before["tokens_per_task"],
@@ -235,6 +240,10 @@ def run(args, out: Path) -> None:
     write_report(records)
 
 
+def rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def write_report(records: list[dict]) -> None:
     steps = sorted({r["steps"] for r in records})
     lines = ["# A real LLM learns on two CPU cores (issue 50)", "",
@@ -243,14 +252,16 @@ def write_report(records: list[dict]) -> None:
              f"\"{setting_name()}\"; {EVAL_TASKS} held-out test tasks x k = {EVAL_K} before and "
              "after; gain is after - before, paired by task (+- its standard error).", "",
              "| run | seed | before | after | gain | z | readable | accuracy when readable "
-             "| cut off | tokens / task | wall (min) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| written anywhere | cut off | tokens / task | wall (min) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(records, key=lambda r: (r["run"], r["seed"])):
         lines.append(f"| {r['run']} | {r['seed']} | {r['before']:.3f} | {r['after']:.3f} | "
                      f"{r['diff']:+.3f} +- {r['se']:.3f} | {z_score(r['diff'], r['se'])} | "
                      f"{r['readable_before']:.3f} -> {r['readable_after']:.3f} | "
                      f"{r['accuracy_when_readable_before']:.3f} -> "
-                     f"{r['accuracy_when_readable_after']:.3f} | {r['cut_off_before']:.3f} -> "
+                     f"{r['accuracy_when_readable_after']:.3f} | "
+                     f"{rate(r['anywhere_before'])} -> {rate(r['anywhere_after'])} | "
+                     f"{r['cut_off_before']:.3f} -> "
                      f"{r['cut_off_after']:.3f} | {r['tokens_per_task_before']:.0f} -> "
                      f"{r['tokens_per_task_after']:.0f} | {r['wall_s'] / 60:.0f} |")
     lines += ["", FORMAT_NOTE]

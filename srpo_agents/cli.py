@@ -290,6 +290,7 @@ def format_table(before: dict, after: dict | None = None, title: str = "") -> st
     rows = [(f"avg@{k}", "avg_at_k"), (f"pass@{k}", "pass_at_k"),
             ("readable answers (\\boxed{})", "boxed_rate"),
             ("accuracy of the readable answers", "boxed_accuracy"),
+            ("right answer written anywhere", "answer_anywhere_rate"),
             ("answers cut off at the token cap", "cut_off_rate"),
             ("tokens per task", "tokens_per_task"), ("tool calls per task", "tool_calls_per_task")]
     if "em" in before:

@@ -39,7 +39,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -146,6 +146,45 @@ def boxed(text: str) -> bool:
     ``\\fbox`` holds a non-empty answer (the format the role prompts ask for; without
     one, ``extract_answer`` falls back to the last number)."""
     return _last_box(text) >= 0 and bool(extract_answer(text))
+
+
+# Every number, forwards: the shapes the fallback reads backwards ("-3", "1,234,567",
+# "3.5", ".5", "3/4"); a minus right after a word or closing bracket is subtraction.
+_NUMBER = re.compile(r"(?:(?<![\w)\]}])[-\u2212])?(?:(?<![0-9])[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])"
+                     r"|[0-9]*\.[0-9]+|[0-9]+)(?:/[0-9]+)?")
+MAX_CANDIDATES = 256  # answers read from one text at most: a bound on grading work
+
+
+def every_answer(text: str) -> list[str]:
+    """Every answer ``text`` writes, in order, duplicates dropped: each box's content
+    and each number, at most ``MAX_CANDIDATES``. A lenient reading (an upper bound on
+    what any choice of final answer could score), for diagnostics, never for rewards."""
+    starts = sorted(i for command in _BOX_COMMANDS for i in _command_starts(text, command))
+    found = [extract_answer(text[i:j]) for i, j in zip(starts, starts[1:] + [len(text)])]
+    found += _NUMBER.findall(text)
+    return list(dict.fromkeys(a.replace("\u2212", "-") for a in found if a))[:MAX_CANDIDATES]
+
+
+def _command_starts(text: str, command: str) -> Iterator[int]:
+    i = text.find(command)
+    while i >= 0:
+        follower = text[i + len(command) : i + len(command) + 1]
+        if not (follower.isascii() and follower.isalpha()):  # else e.g. "\boxedsymbol"
+            yield i
+        i = text.find(command, i + 1)
+
+
+def written_anywhere(texts: Iterable[str], gold: str, *, timeout: float = 1.0) -> bool:
+    """Whether any answer in any of ``texts`` (``every_answer``) matches ``gold``, all
+    within ``timeout`` seconds of grading (past it: False)."""
+    deadline = time.monotonic() + timeout
+    for text in texts:
+        for answer in every_answer(text):
+            if time.monotonic() > deadline:
+                return False
+            if _match(answer, gold, deadline)[0]:
+                return True
+    return False
 
 
 # --- fast path -------------------------------------------------------------------------

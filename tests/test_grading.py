@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from srpo_envs import grading
-from srpo_envs.grading import MAX_ANSWER_CHARS, Grade, answers_match, extract_answer, grade
+from srpo_envs.grading import (MAX_ANSWER_CHARS, MAX_CANDIDATES, Grade, answers_match,
+                                every_answer, extract_answer, grade, written_anywhere)
 
 DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math"
 GRADING_FILE = Path(grading.__file__).resolve()
@@ -442,3 +443,25 @@ def test_math500_gold_solutions_grade_correct():
         if not (result := grade(row["solution"], row["answer"])).correct
     ]
     assert not wrong
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("6 + 5 = 11 cups, so \\boxed{11}.", ["11", "6", "5"]),
+    ("\\boxed{\\frac{1}{2}} then \\fbox{3} and x-2", ["\\frac{1}{2}", "3", "1", "2"]),
+    ("owes \u22125, has 1,234,567 and 3.5 or .5 or 3/4", ["-5", "1,234,567", "3.5", ".5", "3/4"]),
+    ("\\boxedsymbol 7 and \\boxed{", ["7"]),  # not a box command; an empty box is no answer
+    ("no answer here", []),
+])
+def test_every_answer_reads_each_box_and_number_in_order(text, expected):
+    assert every_answer(text) == expected
+
+
+def test_every_answer_is_bounded():
+    assert len(every_answer(" ".join(map(str, range(10_000))))) == MAX_CANDIDATES
+
+
+def test_written_anywhere_finds_the_gold_in_any_text_and_form():
+    assert written_anywhere(["I get 12.", "so 6 + 5 = 11, then 7"], "11")
+    assert written_anywhere(["\\boxed{\\frac{22}{2}}"], "11")  # equivalence, not string match
+    assert not written_anywhere(["12 or 110 or 1.1"], "11")
+    assert not written_anywhere([], "11")

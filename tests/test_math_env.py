@@ -333,3 +333,25 @@ def test_real_jsonl_datasets_load_and_grade_their_gold_answer(name):
         assert task.task_id and task.question and task.answer
         env.step({"solver_0": f"The answer is \\boxed{{{task.answer}}}."})
         assert env.last_transition.reward == 1.0, (task.task_id, task.answer)
+
+
+def test_answer_anywhere_reads_every_team_text_but_the_router():
+    env = math_v0.parallel_env(workflow="solve_verify", max_rounds=1)
+    env.reset(options={"task": MathTask("t1", "What is 6 + 5?", "11")})
+    env.step({"solver_0": "6 + 5 = 11, plus 1 is 12", "verifier_0": ""})
+    env.step({"verifier_0": "VERDICT: ACCEPT"})
+    final = env.last_transition.info
+    assert final["final_answer"] == "12" and not final["correct"]
+    assert final["answer_anywhere"] and not final["boxed"]
+
+    env.reset(options={"task": MathTask("t2", "What is 2 + 1?", "3")})
+    env.step({"solver_0": "2 + 1 = 4", "verifier_0": ""})
+    env.step({"verifier_0": "VERDICT: REJECT. It is 3."})  # a correction outside a box
+    assert env.last_transition.info["answer_anywhere"] and not env.last_transition.info["correct"]
+
+    env = math_v0.parallel_env(workflow="routed", n_solvers=3)
+    env.reset(options={"task": MathTask("t3", "What is 1 + 2?", "3")})
+    env.step({"router_0": "ROUTE: 3"})  # "3" here is a route, not an answer
+    env.step({f"solver_{i}": "\\boxed{4}" for i in range(3)})
+    env.step({"aggregator_0": "\\boxed{4}"})
+    assert env.last_transition.terminated and not env.last_transition.info["answer_anywhere"]

@@ -8,6 +8,9 @@ generated team tokens of one episode (all agents, all events), "tool calls per t
 likewise for search queries. Where the env says whether the final answer was read from a
 ``\\boxed{}`` (math's ``boxed``), ``boxed_rate`` is the share of episodes where it was,
 and ``boxed_accuracy`` the accuracy among those (a gain in format alone moves the first).
+``answer_anywhere_rate`` (math's ``answer_anywhere``): the share of episodes whose team
+wrote the gold answer somewhere, as any box or number; a trained accuracy above the
+untrained team's rate is more than a better reading of answers it already wrote.
 ``cut_off_rate`` is the share of agent outputs that hit ``max_new_tokens`` before their
 end: near 1, the scores say more about the token cap than about the model.
 """
@@ -116,6 +119,7 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
     keys: dict[int, list[str | None]] = {t: [] for t in task_indices}
     tokens, calls, em, f1, played, solvers, boxes = [], [], [], [], [], [], []
     cut_off, boxed_right = [], []   # boxed_right: correctness of the boxed episodes
+    anywhere = []
     shown = Progress(len(task_indices) * k, progress, "episode", log) if progress else None
     for t, _, _, rollout in run_tasks(engine, envs, task_indices, k, tag, chunk_size):
         if shown is not None:
@@ -134,6 +138,8 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
             boxes.append(bool(final["boxed"]))
             if final["boxed"]:
                 boxed_right.append(episode_correct(rollout))
+        if "answer_anywhere" in final:
+            anywhere.append(bool(final["answer_anywhere"]))
         if "em" in final:
             em.append(float(final["em"]))
             f1.append(float(final.get("f1", 0.0)))
@@ -161,6 +167,8 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
         result["boxed_rate"] = float(np.mean(boxes))
         # accuracy among readable answers: what a gain is made of besides format
         result["boxed_accuracy"] = float(np.mean(boxed_right)) if boxed_right else 0.0
+    if anywhere:
+        result["answer_anywhere_rate"] = float(np.mean(anywhere))
     if cut_off:
         result["cut_off_rate"] = float(np.mean(cut_off))
     if solvers:

@@ -72,7 +72,9 @@ def run(seed: int = 0, out: str = "runs/demo-real", steps: int | None = None,
     shown_after = play(trained, config, SHOW_TASKS, seed)
     log("")
     log("\n".join(before_after_lines(summary, config.eval_k, "problems")))
-    log("Readable answers are the ones in \\boxed{}: a gain there alone is format, not math.")
+    log("Readable answers are the ones in \\boxed{}: a gain there alone is format, not math."
+        " Written anywhere: the right answer is among every box and number the team wrote;"
+        " an accuracy after above that rate before is more than reading answers better.")
     log(verdict_line(summary["difference"], config.eval_k, BAR))
     log("")
     log("\n".join(shown_lines(config, shown_before, shown_after, width=48, wrap=True)))

@@ -43,7 +43,10 @@ answer is the last ``\\boxed{...}`` of the deciding text, else its last number
   their majority answer (ties go to the first solver in agent order);
 - the final event: whether the final answer is correct (``info["final_answer"]``), and
   ``info["boxed"]``: whether it was read from a non-empty ``\\boxed{}`` (the format the
-  prompts ask for) rather than from a last number.
+  prompts ask for) rather than from a last number; ``info["answer_anywhere"]``: whether
+  the gold answer is among every box and number the team wrote this episode
+  (``srpo_envs.grading.every_answer``): a bound on what reading the answers differently
+  could score, which tells a gain in format from one in arithmetic.
 
 An optional team cost (``cost_per_token``, off by default; ``srpo_envs.routing``) is
 subtracted from the reward at the last event and reported apart in its info.
@@ -83,7 +86,8 @@ from pathlib import Path
 from typing import Any
 
 from srpo_envs.event_env import EventEnv, EventOutcome
-from srpo_envs.grading import answer_key, answers_match, boxed, extract_answer
+from srpo_envs.grading import (answer_key, answers_match, boxed, extract_answer,
+                               written_anywhere)
 from srpo_envs.math_tasks import MathTask, check_levels, distinct_tasks, generate_task, load_tasks
 from srpo_envs.routing import (
     Route,
@@ -310,6 +314,7 @@ class MathEnv(EventEnv):
         self._question = as_data(task.question, self.config.max_question_chars)
         self._round = 0
         self._boxed: set[str] = set()  # answers read from a box this episode
+        self._written: list[str] = []  # every text the team wrote this episode
         self._candidate = ""
         self._route: Route | None = None
         self._route_failures = 0
@@ -339,11 +344,15 @@ class MathEnv(EventEnv):
         correct = self._is_correct(answer)
         info.update(correct=correct, final_answer=answer, gold=self._task.answer,
                     answer_key=None if answer is None else answer_key(answer),
-                    boxed=bool(answer) and answer in self._boxed)
+                    boxed=bool(answer) and answer in self._boxed,
+                    answer_anywhere=written_anywhere(self._written, self._task.answer))
         reward = self.config.reward_correct if correct else self.config.reward_wrong
         return EventOutcome(event_type, reward=reward, terminated=True, info=info)
 
     def _consume(self, texts: Mapping[str, str | None]) -> EventOutcome:
+        # the router's reply is a route, not an answer ("k=3" must not count as a 3)
+        self._written += [text for agent, text in texts.items()
+                          if text and not agent.startswith("router")]
         workflow = self.config.workflow
         if workflow == "routed":
             outcome = self._routed_event(texts)
