@@ -197,7 +197,8 @@ def record(name: str, seed: int, summary: dict) -> dict:
             "cut_off_after": after.get("cut_off_rate"),
             "tokens_per_task_before": before["tokens_per_task"],
             "tokens_per_task_after": after["tokens_per_task"],
-            "wall_s": summary["time_breakdown"]["total"],
+            # the shared "before" counts in each run that uses it
+            "wall_s": summary["time_breakdown"]["total"] + summary.get("before_seconds", 0.0),
             "prompt_version": "example-v1" if config["extra_env_kwargs"] else "default",
             "per_task_after": after["per_task_avg"],
             "per_task_votes_after": after.get("per_task_votes")}

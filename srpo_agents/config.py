@@ -587,3 +587,16 @@ def same_settings(stored: dict[str, Any], config: TrainConfig,
     stored = {k: v for k, v in stored.items() if k in defaults and k not in ignore}
     current = {k: v for k, v in current.items() if k not in ignore}
     return {**{k: defaults[k] for k in current.keys() - stored.keys()}, **stored} == current
+
+
+def holds_config(path: Path, config: TrainConfig) -> bool:
+    """Whether the JSON file ``path`` holds a result of this very config (its "config"
+    entry, compared by ``same_settings``). Where a result was written is not what it is:
+    the same run under an absolute and a relative --out is still it."""
+    import json
+
+    if not Path(path).is_file():
+        return False
+    stored = json.loads(Path(path).read_text()).get("config")
+    return isinstance(stored, dict) and same_settings(stored, config, ignore=("out",))
+

@@ -122,6 +122,11 @@ def test_the_script_runs_pilot_runs_and_report_end_to_end(math_tiny_dir, tmp_pat
                 "wall_s", "model", "env", "workflow", "algo"} <= set(record)
         # the lenient rate bounds the accuracy (a right answer was written somewhere)
         assert record["anywhere_after"] >= record["after"] - 1e-9
+    # the team's two algorithms share one "before" (measured once), the single agent its own
+    team = {r["run"]: r for r in records if r["workflow"] == "solve_verify"}
+    assert team["team-srpo"]["before"] == team["team-grpo"]["before"]
+    starts = sorted(p.name for p in (tmp_path / "runs" / "starts").glob("*-s0.json"))
+    assert starts == ["single-s0.json", "solve_verify-s0.json"]
     report = (results / "real_model_learns.md").read_text()
     assert "| team-srpo | 0 |" in report and "Team - single agent (after): " in report
     assert "| written anywhere |" in report
@@ -138,7 +143,7 @@ def test_the_docs_hand_command_is_the_demos_run():
     from srpo_envs.envs.math_env import PROMPT_SETS
 
     text = (REPO / "docs" / "training.md").read_text()
-    block = text[text.index("The same run by hand:"):]
+    block = text[text.index("The same settings by hand"):]
     block = block[block.index("```bash") + len("```bash"):]
     block = block[:block.index("```")]
     argv = shlex.split(block.replace("\\\n", " "))

@@ -16,11 +16,13 @@ Where it comes from (each step in ``docs/results.md``):
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import replace
 from pathlib import Path
 
-from srpo_agents.config import TrainConfig, same_settings
-from srpo_agents.running.checkpoint import has_checkpoint
-from srpo_agents.running.train import train
+from srpo_agents.config import TrainConfig, holds_config, same_settings
+from srpo_agents.running.checkpoint import has_checkpoint, write_json_atomic
+from srpo_agents.running.train import evaluate_start, train
 from srpo_envs.envs.math_env import PROMPT_SETS
 
 MODEL = "smollm2-135m-instruct"
@@ -44,16 +46,40 @@ def real_config(seed: int, out: str, **changes) -> TrainConfig:
     return TrainConfig(**{**SETTING, **BATCH, "seed": seed, "out": str(out), **changes})
 
 
+def shared_start(config: TrainConfig, log=print) -> dict:
+    """The untrained team's held-out result for ``config``'s workflow and seed, measured
+    once and kept in ``<out>/../starts/<workflow>-s<seed>.json``: a team's SRPO and GRPO
+    runs start from the same policy on the same test tasks and sampling seed, so they
+    share it (as the harness's pairs do). It holds ``seconds``, what it took."""
+    path = Path(config.out).parent / "starts" / f"{config.workflow}-s{config.seed}.json"
+    start = replace(config, algo="srpo", out=str(path.parent), resume=False)
+    if not holds_config(path, start):
+        tick = time.monotonic()
+        before = evaluate_start(start, log, progress="held-out before")
+        write_json_atomic(path, {"config": start.to_dict(), "before": before,
+                                 "seconds": time.monotonic() - tick})
+        log(f"before: avg@{config.eval_k} {before['avg_at_k']:.3f} "
+            f"(+-{before['avg_at_k_stderr']:.3f}), pass@{config.eval_k} "
+            f"{before['pass_at_k']:.3f}")
+    return json.loads(path.read_text())
+
+
 def run_one(config: TrainConfig, log=print) -> dict:
     """The run's summary: read back when finished with these settings, resumed from its
-    checkpoint when one is there, else run (a run spans sessions by running it again)."""
+    checkpoint when one is there, else run (a run spans sessions by running it again).
+    Its "before" is ``shared_start``'s, whose seconds the summary's ``before_seconds``
+    holds (the run's own time breakdown leaves them out)."""
     summary = Path(config.out) / "summary.json"
     if summary.is_file():
         stored = json.loads(summary.read_text())
         if same_settings(stored["config"], config, ignore=("out", "resume")):
             return stored
+    start = shared_start(config, log)
     resume = has_checkpoint(Path(config.out))
-    return train(TrainConfig(**{**config.to_dict(), "resume": resume}), log=log)
+    result = train(replace(config, resume=resume), log=log, before=start["before"])
+    result["before_seconds"] = start["seconds"]
+    write_json_atomic(summary, result)
+    return result
 
 RUN = dict(lr=1e-5, steps=40, eval_tasks=500, eval_k=2, skip_zero_advantage=True)
 """PROVISIONAL until the pilot ends: the update the pilot chose and the steps that fit 2 hours."""

@@ -188,14 +188,15 @@ def held_out(config: TrainConfig, token_counter=None, split: str = "test", wante
     return envs, _eval_indices(config, envs, wanted, log, split)
 
 
-def evaluate_start(config: TrainConfig, log=print, engine: RolloutEngine | None = None
-                   ) -> dict[str, Any]:
+def evaluate_start(config: TrainConfig, log=print, engine: RolloutEngine | None = None,
+                   progress: str = "") -> dict[str, Any]:
     """The "before" evaluation of ``train`` on its own, so that runs that share a start
     (the harness: every algorithm of one env, workflow and seed) can share it too.
     ``engine``: one already built on the starting policy (so a caller that also uses it
-    for other evaluations loads the model once)."""
+    for other evaluations loads the model once). ``progress``: a label for its progress
+    bar (none when empty)."""
     if engine is None:
         engine = make_engine(config, prepare_policy(config, Path(config.out), log)[0])
     test_envs, eval_indices = held_out(config, engine.policy.count_tokens)
     return evaluate(engine, test_envs, eval_indices, config.eval_k, tag="before",
-                    votes=True)   # as TrainingRun's own "before"
+                    votes=True, progress=progress)   # as TrainingRun's own "before"

@@ -11,7 +11,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from srpo_agents.config import TrainConfig, same_settings
+from srpo_agents.config import TrainConfig, holds_config
 from srpo_agents.running.checkpoint import write_json_atomic
 from srpo_agents.running.metrics_log import read_metrics_rows
 
@@ -51,18 +51,7 @@ def run_rows(config: TrainConfig, summary: dict, run_dir: Path, label: str = "")
     return rows
 
 
-def same_config(path: Path, config: TrainConfig) -> bool:
-    """Whether ``path`` holds a result of this very config. A field added to TrainConfig
-    after the result was written counts as its default there (the run could not have
-    set it), so adding a field does not make every stored run stale."""
-    if not path.is_file():
-        return False
-    stored = json.loads(path.read_text()).get("config")
-    if not isinstance(stored, dict):
-        return False
-    # Where a result was written is not what it is: the same run under an absolute and a
-    # relative --out (or a results folder moved into benchmarks/results) is still it.
-    return same_settings(stored, config, ignore=("out",))
+same_config = holds_config  # re-exported: the harness's name for it
 
 
 def warm_start_job(config: TrainConfig) -> dict:
