@@ -58,11 +58,13 @@ def prepare(out: Path, tasks: int, group: int, seed: int = 0) -> None:
     print(f"prepared {len(rollouts)} episodes, {len(units)} events in {out}")
 
 
-def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int) -> None:
+def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
+           fsdp: str = "", first_units: int = 0) -> None:
     from safetensors.torch import save_file
 
     from srpo_agents.learning.events import build_units
     from srpo_agents.learning.learner import Learner, LearnerConfig, init_data_parallel
+    from srpo_agents.learning.sharding import full
     from srpo_agents.learning.objective import ALGORITHMS
     from srpo_agents.models.policy import load_policy
     from srpo_agents.rollout.files import read_rollouts
@@ -74,28 +76,31 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int) ->
     algorithm = ALGORITHMS["srpo"]
     units, _ = build_units(read_rollouts(data / "rollouts.jsonl"), algorithm.unit)
     advantages = np.load(data / "advantages.npy")
+    if first_units:  # e.g. an odd number, which the ranks cannot split evenly
+        units, advantages = units[:first_units], advantages[:first_units]
     learner = Learner(policy, algorithm,
                       LearnerConfig(lr=1e-3, minibatch_units=minibatch_units,
                                     microbatch_rows=microbatch_rows, max_grad_norm=1e9,
-                                    data_parallel=world > 1), seed=0)
+                                    data_parallel=world > 1,
+                                    fsdp=fsdp if world > 1 else ""), seed=0)
     grads: dict[str, torch.Tensor] = {}
     step = learner.optimizer.step
 
     def recording_step(*args, **kwargs):
         for name, parameter in policy.model.named_parameters():
-            if parameter.grad is not None:
-                grads[name] = grads.get(name, 0) + parameter.grad.detach().clone()
+            if parameter.grad is not None:  # whole (gathered) under FSDP, on every rank
+                grads[name] = grads.get(name, 0) + full(parameter.grad.detach()).clone()
         return step(*args, **kwargs)
 
     learner.optimizer.step = recording_step
     start = time.perf_counter()
     metrics = learner.update(units, advantages)
     seconds = time.perf_counter() - start
+    weights = {k: full(v.detach()).clone() for k, v in policy.model.named_parameters()}
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         save_file({f"grad/{k}": v.contiguous() for k, v in grads.items()}
-                  | {f"weight/{k}": v.detach().clone().contiguous()
-                     for k, v in policy.model.named_parameters()},
+                  | {f"weight/{k}": v.contiguous() for k, v in weights.items()},
                   str(out / "result.safetensors"))
         (out / "result.json").write_text(json.dumps(
             {"world": world, "seconds": seconds, "units": len(units),
@@ -103,6 +108,7 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int) ->
     if world > 1:
         import torch.distributed as dist
 
+        dist.barrier()  # no rank leaves while another still talks to it
         dist.destroy_process_group()
 
 
@@ -137,6 +143,9 @@ def main() -> None:
     u.add_argument("--out", required=True)
     u.add_argument("--minibatch-units", type=int, default=0)
     u.add_argument("--microbatch-rows", type=int, default=16)
+    u.add_argument("--fsdp", default="", choices=["", "full_shard", "no_shard"],
+                   help="under torchrun: the learner on FSDP2 (default: the all-reduce)")
+    u.add_argument("--first-units", type=int, default=0, help="only the first N units")
     c = commands.add_parser("compare", help="differences and time ratio of two updates")
     c.add_argument("one")
     c.add_argument("two")
@@ -144,7 +153,8 @@ def main() -> None:
     if args.command == "prepare":
         prepare(Path(args.out), args.tasks, args.group)
     elif args.command == "update":
-        update(Path(args.data), Path(args.out), args.minibatch_units, args.microbatch_rows)
+        update(Path(args.data), Path(args.out), args.minibatch_units, args.microbatch_rows,
+               args.fsdp, args.first_units)
     else:
         compare(Path(args.one), Path(args.two))
 

@@ -293,6 +293,9 @@ class RolloutConfig:
             raise ValueError(f"ray_address={self.ray_address!r} needs rollout_workers >= 1")
 
 
+FSDP_STRATEGIES = ("", "full_shard", "no_shard")
+
+
 @dataclass
 class LearnerConfig:
     """The update: ``srpo_agents.learning.learner.Learner`` takes exactly these."""
@@ -339,6 +342,11 @@ class LearnerConfig:
     step's tasks, the episodes are gathered, and the update shards events over the ranks
     and sums their gradients, so all ranks hold the same weights. Rank 0 writes --out;
     rank r writes --out/rank-r."""
+    fsdp: str = ""
+    """With ``data_parallel``: the learner on torch's FSDP2 (``fully_shard``), as
+    accelerate names the strategies: "full_shard" splits the weights, gradients and AdamW
+    state over the ranks; "no_shard" replicates them like DDP. Empty: the hand-written
+    gradient all-reduce."""
     max_staleness: int = 0
     """Asynchronous SRPO: the rollouts of step s + N are generated in a process of their
     own (hf or vLLM backend), or on the Ray workers (--rollout-workers), while step s
@@ -406,6 +414,11 @@ class LearnerConfig:
                 self.behaviour_cap) and self.behaviour_cap > 1):
             raise ValueError(f"behaviour_cap={self.behaviour_cap!r}: expected a finite "
                              f"number > 1")
+        if self.fsdp not in FSDP_STRATEGIES:
+            raise ValueError(f"fsdp={self.fsdp!r}: expected one of {FSDP_STRATEGIES}")
+        if self.fsdp and not self.data_parallel:
+            raise ValueError(f"fsdp={self.fsdp!r} without data_parallel: FSDP2 shards over "
+                             f"the ranks of a torchrun launch (add --data-parallel)")
 
 
 @dataclass

@@ -58,6 +58,7 @@ import torch
 from srpo_agents import faults
 from srpo_agents.config import LearnerConfig  # noqa: F401 (Learner's settings; imported from here too)
 from srpo_agents.learning.events import ActionUnit, UnitBatch
+from srpo_agents.learning.sharding import full, full_weights, local, shard
 from srpo_agents.learning.objective import (
     POLICY_LOSSES,
     Algorithm,
@@ -124,11 +125,9 @@ class Learner:
         else:
             self.recompute_old = config.pi_old == "learner" or (
                 config.pi_old == "auto" and policy.compute_dtype is not None)
-        params = [p for p in policy.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=config.lr,
-                                           weight_decay=config.weight_decay)
         self.reference = None
         if config.beta > 0 and not policy.adapter_roles:
+            # a whole copy on every rank, never sharded: it scores without collectives
             self.reference = copy.deepcopy(policy.model).eval()
             self.reference.requires_grad_(False)
         # With role adapters the reference is the frozen base: the adapters switched off.
@@ -141,6 +140,12 @@ class Learner:
             checkpointing(policy.model)
             if getattr(policy.model, "enable_input_require_grads", None) and policy.adapter_roles:
                 policy.model.enable_input_require_grads()  # a frozen embedding under LoRA
+        self.sharded = config.data_parallel and bool(config.fsdp)
+        if self.sharded:  # FSDP2, in place: the rollout engine's model is this one
+            shard(policy.model, config.fsdp, policy.compute_dtype)
+        params = [p for p in policy.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.lr,
+                                           weight_decay=config.weight_decay)
 
     @property
     def device(self) -> torch.device:
@@ -173,7 +178,10 @@ class Learner:
         roles = [s.role for s in samples] if adapters else None
         with self.policy.autocast():  # mixed precision: float32 weights, 16-bit matmuls
             # a checkpointed model keeps no KV cache in train mode: each row its prompt
-            if len(distinct) == len(samples) or self.config.gradient_checkpointing:
+            # one pass per micro-batch when sharded: every rank then runs the same
+            # collectives whatever its rows' prompts
+            if (len(distinct) == len(samples) or self.config.gradient_checkpointing
+                    or self.sharded):
                 logits = self._full_logits(model, samples, roles)
             else:
                 prompt_roles = [key[1] for key in distinct] if adapters else None
@@ -270,6 +278,24 @@ class Learner:
         if not self.skips_zero:
             return list(share)
         return [i for i in share if batch.advantages[i] != 0.0]
+
+    def _pad_plan(self, plan: list, batch: UnitBatch) -> set[int]:
+        """Under FSDP every forward and backward is a collective, so every rank runs as
+        many micro-batches of each mini-batch as the busiest one: a rank with fewer (an
+        uneven split, or units skipped for advantage 0) runs one unit of the batch
+        again, at weight 0. Returns the padding micro-batches' ids."""
+        import torch.distributed as dist
+
+        counts = torch.tensor([len(micros) for minis in plan for _, micros in minis])
+        dist.all_reduce(counts, op=dist.ReduceOp.MAX)
+        padding, most = set(), iter(counts.tolist())
+        carried = self._carried(batch, 0, 1)  # some rank has a unit: one of these
+        for minis in plan:
+            for _, micros in minis:
+                for _ in range(next(most) - len(micros)):
+                    micros.append(batch.subset(carried[:1]))
+                    padding.add(id(micros[-1]))
+        return padding
 
     def _microbatches(self, batch: UnitBatch) -> list[UnitBatch]:
         """Whole units, at most ``microbatch_rows`` rows each (a larger unit goes alone),
@@ -400,6 +426,7 @@ class Learner:
         plan = [[(mini, self._microbatches(mini.subset(self._carried(mini, rank, world))))
                  for mini in batch.minibatches(size, self.rng)]
                 for _ in range(self.config.epochs)]
+        padding = self._pad_plan(plan, batch) if self.sharded else set()
         proximal_seconds = None
         if self.recompute_old:
             tick = time.monotonic()
@@ -408,12 +435,19 @@ class Learner:
             scored = {id(m) for micro in first for m in micro.samples}
             rest = [i for i in self._carried(batch, 0, 1)
                     if any(id(m) not in scored for m in batch.units[i].members)]
-            self._score_proximal(first + (self._microbatches(batch.subset(rest)) if rest
-                                          else []))
+            with full_weights(model):
+                self._score_proximal(first + (self._microbatches(batch.subset(rest))
+                                              if rest else []))
             proximal_seconds = time.monotonic() - tick
+        if self.sharded and (self.reference is not None or self.base_reference):
+            with full_weights(model):  # every row this rank scores, before any collective
+                for minis in plan:
+                    for _, micros in minis:
+                        for micro in micros:
+                            self._reference_logprobs(micro.samples)
         grad_norms = []
         trainable = [p for p in model.parameters() if p.requires_grad]
-        start = [p.detach().clone() for p in trainable]  # for update_to_weight
+        start = [local(p.detach()).clone() for p in trainable]  # for update_to_weight
         # Each figure summed with its share of its mini-batch (at its own level, over
         # every rank), so a mini-batch's sum is its one-batch figure; maxima apart.
         # Every rank holds the same keys (a rank may run no micro-batch of a mini-batch).
@@ -429,8 +463,13 @@ class Learner:
                 clipped_before = sums["clip_fraction"]
                 total_units = len(mini)
                 total_tokens = max(mini.response_tokens, 1)
-                for micro in micros:
+                for n, micro in enumerate(micros):
+                    if self.sharded:  # gradients reduced once, after the last micro-batch
+                        model.set_requires_gradient_sync(n == len(micros) - 1)
                     loss, figures, tokens = self._loss(micro, with_entropy=epoch == 0)
+                    if id(micro) in padding:  # a collective's partner: no gradient, no figure
+                        (loss * 0.0).backward()
+                        continue
                     token_share = tokens / total_tokens
                     weight = (len(micro) / total_units if self.normalizer == "units"
                               else token_share)
@@ -453,16 +492,17 @@ class Learner:
                     for p in trainable:
                         if p.grad is None:
                             p.grad = torch.zeros_like(p)
-                if world > 1:
+                if world > 1 and not self.sharded:
                     _sum_gradients(model)
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
                                                       self.config.max_grad_norm)
-                grad_norms.append(float(norm))
+                grad_norms.append(float(full(norm)))
                 faults.kill_point("update")  # fault-injection tests: a kill mid-update
                 self.optimizer.step()
         if world > 1:
             sums, maxima = _combine_figures(sums, maxima)
-        ratio = update_to_weight(trainable, start)
+        ratio = update_to_weight([local(p.detach()) for p in trainable], start,
+                                 self.config.fsdp == "full_shard" and self.sharded)
         entropy = sums.pop("entropy_sum") / max(sums.pop("entropy_tokens"), 1.0)
         out = {k: v / len(grad_norms) for k, v in sums.items()}
         norms = np.array(grad_norms)
@@ -508,16 +548,24 @@ def disable_dropout(model: torch.nn.Module) -> None:
                 setattr(module, name, 0.0)
 
 
-def update_to_weight(parameters: list[torch.Tensor], start: list[torch.Tensor]) -> float:
+def update_to_weight(parameters: list[torch.Tensor], start: list[torch.Tensor],
+                     shards: bool = False) -> float:
     """||theta - theta_start|| / ||theta_start|| over ``parameters``, summed in float64:
     how far an update moved the weights, relative to their size. Near 1e-5 an lr 1e-5 AdamW
-    step took; near 0 the step rounded away (16-bit weights)."""
+    step took; near 0 the step rounded away (16-bit weights). ``shards``: each rank holds
+    its piece of every weight (FSDP's full shard), so the sums add up over the ranks."""
     if not start:
         return 0.0
     # summed where the weights live, read once (not one host sync per parameter)
     moved = torch.stack([(p.detach().double() - s.double()).pow(2).sum()
                          for p, s in zip(parameters, start, strict=True)]).sum()
     size = torch.stack([s.double().pow(2).sum() for s in start]).sum()
+    if shards:
+        import torch.distributed as dist
+
+        sums = torch.stack([moved, size])
+        dist.all_reduce(sums)
+        moved, size = sums[0], sums[1]
     return float((moved / size).sqrt()) if float(size) > 0 else 0.0
 
 

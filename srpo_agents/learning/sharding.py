@@ -1,0 +1,128 @@
+"""The learner's model on torch's FSDP2 (``torch.distributed.fsdp.fully_shard``).
+
+Deliberate choices:
+- **One unit of sharding per decoder layer**, as torchtitan and accelerate do: every
+  module whose class the model names in ``_no_split_modules`` (transformers' own list of
+  blocks that must stay whole), then the root (embeddings, final norm, head).
+- **Strategies by accelerate's names**: "full_shard" splits weights, gradients and AdamW
+  state over every rank (a 1-D mesh); "no_shard" replicates them as DDP would (a 2-D
+  mesh of shape (world, 1): each "shard" group holds one rank, so every rank holds all).
+- **Master weights stay float32.** The sharded parameters keep the model's dtype; with
+  16-bit compute (``Policy.compute_dtype``) FSDP all-gathers them in that dtype and
+  reduces gradients in float32 (``MixedPrecisionPolicy``), the semantics of one device's
+  float32 masters under autocast.
+- **Gradients are summed, not averaged.** The learner weights each micro-batch by its
+  share of the global mini-batch, so the ranks' gradients must add up. FSDP averages
+  over the ranks by default; a divide factor of 1 with sum-only collectives makes it a
+  plain sum (gloo has no NCCL's pre-scaled sum, which the factor alone would ask for).
+- **Whole weights for passes without a gradient** (``full_weights``): generation,
+  evaluation and the pi_old / reference scoring run with every layer gathered once, so
+  ranks that decode different numbers of tokens, or score different numbers of rows,
+  never wait on each other's collectives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import torch
+
+STRATEGIES = ("full_shard", "no_shard")
+
+
+def init_distributed() -> tuple[int, int, torch.device]:
+    """Join the process group ``torchrun`` describes and take this rank's device: with
+    CUDA, GPU ``LOCAL_RANK`` (NCCL for CUDA tensors, gloo for CPU ones); else the CPU on
+    gloo. Returns (rank, world size, device)."""
+    import torch.distributed as dist
+
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        backend = "cuda:nccl,cpu:gloo"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def _blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    inner = getattr(model, "base_model", None)  # a PEFT wrapper: the model it wraps
+    while not names and inner is not None and inner is not model:
+        names = set(getattr(inner, "_no_split_modules", None) or [])
+        model, inner = inner, getattr(inner, "model", None)
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+def shard(model: torch.nn.Module, strategy: str,
+          compute_dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """``model`` on FSDP2, in place (its class becomes an FSDP one): each decoder block,
+    then the root. Returns the model."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if strategy not in STRATEGIES:
+        raise ValueError(f"fsdp={strategy!r}: expected one of {STRATEGIES}")
+    blocks = _blocks(model)
+    if not blocks:
+        raise ValueError(f"{type(model).__name__} names no decoder blocks "
+                         f"(_no_split_modules): nothing to shard layer by layer")
+    world = dist.get_world_size()
+    device = next(model.parameters()).device.type
+    mesh = (init_device_mesh(device, (world,)) if strategy == "full_shard" else
+            init_device_mesh(device, (world, 1), mesh_dim_names=("replicate", "shard")))
+    policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+    for block in blocks:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    for module in _fsdp_modules(model):
+        module.set_gradient_divide_factor(1.0)
+        module.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def _fsdp_modules(model: torch.nn.Module) -> list:
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+@contextlib.contextmanager
+def full_weights(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Every layer of a sharded ``model`` gathered once (one collective, on every rank)
+    and kept whole until the block ends, so forward passes inside it run no collective.
+    For passes without a gradient. A no-op for a model that is not sharded."""
+    if not is_sharded(model):
+        yield model
+        return
+    modules = _fsdp_modules(model)
+    for module in modules:
+        module.set_reshard_after_forward(False)
+        module.unshard()
+    try:
+        yield model
+    finally:
+        for module in modules:
+            module.reshard()
+            module.set_reshard_after_forward(True)
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's piece of a sharded parameter or gradient (the tensor itself if plain)."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def full(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole of a sharded tensor, gathered (a collective: every rank must call it)."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
