@@ -127,3 +127,16 @@ def test_the_learner_section_has_one_bound_per_field():
     config = TrainConfig(lr=3e-4, eps_high=0.28, device="cpu")
     # "auto" decided for the run: hf in float32 in this process samples as the learner
     assert config.learner() == LearnerConfig(lr=3e-4, eps_high=0.28, pi_old="sampler")
+
+
+def test_fsdp_names_its_strategies_and_needs_ranks():
+    from srpo_agents.config import LearnerConfig, TrainConfig
+
+    with pytest.raises(ValueError, match="fsdp='zero3': expected one of"):
+        LearnerConfig(fsdp="zero3", data_parallel=True)
+    with pytest.raises(ValueError, match="fsdp='full_shard' without data_parallel"):
+        LearnerConfig(fsdp="full_shard")
+    assert LearnerConfig(fsdp="no_shard", data_parallel=True).fsdp == "no_shard"
+    # not yet in srpo train: it says so rather than hanging on a sharded generation
+    with pytest.raises(ValueError, match="srpo train does not run FSDP2 yet"):
+        TrainConfig(fsdp="full_shard", data_parallel=True)
