@@ -72,9 +72,10 @@ FORMAT_NOTE = (
     "accuracy when readable: the right share of those. The env grades every final "
     "answer, its last \\boxed{} or else its last number, so a team that learns to end on "
     "its answer gains without boxing it: a gain that is only format shows as a readable "
-    "rate or a cut-off rate that moves while accuracy when readable does not. Written "
-    "anywhere: the team wrote the right answer somewhere in its texts, as any box or "
-    "number (the env's answer_anywhere); a trained accuracy above the untrained team's "
+    "rate or a cut-off rate that moves while accuracy when readable does not.")
+ANYWHERE_NOTE = (
+    "Written anywhere: the team wrote the right answer somewhere in its texts, as any box "
+    "or number (the env's answer_anywhere); a trained accuracy above the untrained team's "
     "rate is more than a better reading of answers it already wrote.")
 BUDGET_S = 2 * 3600
 """Each run's wall-time budget, evaluations included (issue 50)."""
@@ -265,7 +266,7 @@ def write_report(records: list[dict]) -> None:
                      f"{r['cut_off_before']:.3f} -> "
                      f"{r['cut_off_after']:.3f} | {r['tokens_per_task_before']:.0f} -> "
                      f"{r['tokens_per_task_after']:.0f} | {r['wall_s'] / 60:.0f} |")
-    lines += ["", FORMAT_NOTE]
+    lines += ["", FORMAT_NOTE + " " + ANYWHERE_NOTE]
     by_run = {name: [{"seed": r["seed"], "per_task_avg": r["per_task_after"]}
                      for r in records if r["run"] == name] for name in RUNS}
     if by_run["team-srpo"] and by_run["single"]:

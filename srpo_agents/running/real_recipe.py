@@ -81,5 +81,7 @@ def run_one(config: TrainConfig, log=print) -> dict:
     write_json_atomic(summary, result)
     return result
 
-RUN = dict(lr=1e-5, steps=40, eval_tasks=500, eval_k=2, skip_zero_advantage=True)
-"""PROVISIONAL until the pilot ends: the update the pilot chose and the steps that fit 2 hours."""
+RUN = dict(lr=3e-5, steps=26, eval_tasks=500, eval_k=2, skip_zero_advantage=True)
+"""The pilot's choice (full update, lr 3e-5) and the steps that fit 2 hours with both
+evaluations at its measured costs (``benchmarks/results/real_model_pilot_v2.md``);
+``--skip-zero-advantage`` changes no gradient, only the time a step takes."""
