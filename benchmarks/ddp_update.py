@@ -59,7 +59,8 @@ def prepare(out: Path, tasks: int, group: int, seed: int = 0) -> None:
 
 
 def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
-           fsdp: str = "", first_units: int = 0) -> None:
+           fsdp: str = "", first_units: int = 0, updates: int = 1,
+           load: Path | None = None, save: Path | None = None) -> None:
     from safetensors.torch import save_file
 
     from srpo_agents.learning.events import build_units
@@ -93,14 +94,27 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
         return step(*args, **kwargs)
 
     learner.optimizer.step = recording_step
+    if load:  # a sharded checkpoint, of any number of ranks
+        from srpo_agents.running.sharded_checkpoint import load_sharded
+
+        load_sharded(load, policy.model, learner.optimizer)
     start = time.perf_counter()
-    metrics = learner.update(units, advantages)
+    metrics = {"updates": 0}
+    for _ in range(updates):
+        metrics = learner.update(units, advantages)
     seconds = time.perf_counter() - start
+    if save:
+        from srpo_agents.running.sharded_checkpoint import save_sharded
+
+        save_sharded(save, policy.model, learner.optimizer, {"updates": updates})
+    moments = {f"adam/{k}": full(v["exp_avg"]).clone()  # AdamW's first moment, whole
+               for k, v in _named_moments(policy.model, learner.optimizer).items()}
     weights = {k: full(v.detach()).clone() for k, v in policy.model.named_parameters()}
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         save_file({f"grad/{k}": v.contiguous() for k, v in grads.items()}
-                  | {f"weight/{k}": v.contiguous() for k, v in weights.items()},
+                  | {f"weight/{k}": v.contiguous() for k, v in weights.items()}
+                  | {k: v.contiguous() for k, v in moments.items()},
                   str(out / "result.safetensors"))
         (out / "result.json").write_text(json.dumps(
             {"world": world, "seconds": seconds, "units": len(units),
@@ -110,6 +124,12 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
 
         dist.barrier()  # no rank leaves while another still talks to it
         dist.destroy_process_group()
+
+
+def _named_moments(model, optimizer) -> dict:
+    """AdamW's state by parameter name (empty before the first step)."""
+    return {name: optimizer.state[p] for name, p in model.named_parameters()
+            if p in optimizer.state and "exp_avg" in optimizer.state[p]}
 
 
 def compare(one: Path, two: Path) -> dict:
@@ -146,6 +166,9 @@ def main() -> None:
     u.add_argument("--fsdp", default="", choices=["", "full_shard", "no_shard"],
                    help="under torchrun: the learner on FSDP2 (default: the all-reduce)")
     u.add_argument("--first-units", type=int, default=0, help="only the first N units")
+    u.add_argument("--updates", type=int, default=1, help="updates on the batch (0: none)")
+    u.add_argument("--load", default=None, help="a sharded checkpoint to start from")
+    u.add_argument("--save", default=None, help="save a sharded checkpoint at the end")
     c = commands.add_parser("compare", help="differences and time ratio of two updates")
     c.add_argument("one")
     c.add_argument("two")
@@ -154,7 +177,8 @@ def main() -> None:
         prepare(Path(args.out), args.tasks, args.group)
     elif args.command == "update":
         update(Path(args.data), Path(args.out), args.minibatch_units, args.microbatch_rows,
-               args.fsdp, args.first_units)
+               args.fsdp, args.first_units, args.updates,
+               Path(args.load) if args.load else None, Path(args.save) if args.save else None)
     else:
         compare(Path(args.one), Path(args.two))
 

@@ -126,3 +126,60 @@ def test_srpo_train_under_torchrun(tmp_path):
     assert weights and all(torch.equal(one[k], two[k]) for k in weights)
     start = load_file(str(out / "warmstart" / "model.safetensors"))
     assert any(not torch.equal(one[f"model/shared/{k}"], v) for k, v in start.items())
+
+
+def _state_of(folder: Path) -> dict[str, torch.Tensor]:
+    """The saved weights and AdamW moments (not the gradients of the update that made them)."""
+    return {k: v for k, v in _load(folder).items() if not k.startswith("grad/")}
+
+
+def test_a_sharded_checkpoint_loads_into_any_number_of_ranks(data):
+    """DCP keys the state by parameter name: 2 FSDP ranks' checkpoint restores one
+    process's weights and AdamW moments bit for bit, and one process's restores 2 ranks';
+    a step resumed from it on 1 or 2 ranks then agrees as the updates themselves do."""
+    base = ["update", "--data", str(data / "data"), "--microbatch-rows", "4"]
+    _run([*base, "--out", str(data / "ck2"), "--fsdp", "full_shard",
+          "--save", str(data / "s2")], data, 2)
+    _run([*base, "--out", str(data / "ck2-on-1"), "--updates", "0",
+          "--load", str(data / "s2")], data)
+    _run([*base, "--out", str(data / "ck1"), "--save", str(data / "s1")], data)
+    _run([*base, "--out", str(data / "ck1-on-2"), "--updates", "0", "--fsdp", "full_shard",
+          "--load", str(data / "s1")], data, 2)
+    for saved, loaded in (("ck2", "ck2-on-1"), ("ck1", "ck1-on-2")):
+        a, b = _state_of(data / saved), _state_of(data / loaded)
+        assert set(a) == set(b) and any(k.startswith("adam/") for k in a)
+        assert all(torch.equal(a[k], b[k]) for k in a), f"{saved} -> {loaded}"
+    _run([*base, "--out", str(data / "resumed-1"), "--load", str(data / "s2")], data)
+    _run([*base, "--out", str(data / "resumed-2"), "--fsdp", "full_shard",
+          "--load", str(data / "s2")], data, 2)
+    one, two = _load(data / "resumed-1"), _load(data / "resumed-2")
+    for key in [k for k in one if k.startswith("grad/")]:
+        torch.testing.assert_close(two[key], one[key], rtol=1e-3, atol=1e-5)
+
+
+def test_a_damaged_sharded_checkpoint_is_named_and_a_kill_leaves_the_last_one(tmp_path):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from srpo_agents.running.checkpoint import CheckpointError
+    from srpo_agents.running.sharded_checkpoint import load_sharded, save_sharded
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(torch.tensor([[1, 2, 3]]), labels=torch.tensor([[1, 2, 3]])).loss.backward()
+    optimizer.step()
+    folder = save_sharded(tmp_path / "step-1", model, optimizer, {"step": 1})
+    (tmp_path / ".tmp-step-2").mkdir()  # a kill mid-write of the next one
+    fresh = Qwen2ForCausalLM(model.config)
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
+    assert load_sharded(folder, fresh, fresh_optimizer) == {"step": 1}
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                 fresh.state_dict().values(), strict=True))
+    save_sharded(tmp_path / "step-2", model, optimizer, {"step": 2})
+    assert not list(tmp_path.glob(".tmp-*"))  # swept
+    shard = next(folder.glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:-7])
+    with pytest.raises(CheckpointError, match=rf"{shard.name} is missing, truncated or corrupt"):
+        load_sharded(folder, fresh, fresh_optimizer)
