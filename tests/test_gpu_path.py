@@ -20,6 +20,15 @@ BASE = dict(env="SRPO-Countdown-v0", workflow="single", steps=2, group_size=2,
             warmstart_steps=2, warmstart_target=1.0, save_every=1)
 
 
+def test_each_torchrun_rank_takes_its_own_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert resolve_device("auto") == resolve_device("cuda") == "cuda:3"
+    assert resolve_device("cuda:0") == "cuda:0" and resolve_device("cpu") == "cpu"
+    monkeypatch.delenv("LOCAL_RANK")
+    assert resolve_device("auto") == "cuda"  # one process: the current GPU
+
+
 def test_auto_resolution_and_bad_values():
     assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
     assert resolve_device("cpu") == "cpu"

@@ -58,7 +58,7 @@ import torch
 from srpo_agents import faults
 from srpo_agents.config import LearnerConfig  # noqa: F401 (Learner's settings; imported from here too)
 from srpo_agents.learning.events import ActionUnit, UnitBatch
-from srpo_agents.learning.sharding import full, full_weights, local, shard
+from srpo_agents.learning.sharding import full, full_weights, init_distributed, local, shard
 from srpo_agents.learning.objective import (
     POLICY_LOSSES,
     Algorithm,
@@ -593,13 +593,11 @@ def _sum_gradients(model) -> None:
 
 
 def init_data_parallel() -> tuple[int, int]:
-    """Join the process group ``torchrun`` describes (gloo on CPU, NCCL with CUDA);
-    returns (rank, world size)."""
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return dist.get_rank(), dist.get_world_size()
+    """Join the process group ``torchrun`` describes, each rank on its own GPU
+    (``sharding.init_distributed``: NCCL for CUDA tensors, gloo for CPU ones; gloo alone
+    without CUDA); returns (rank, world size)."""
+    rank, world, _ = init_distributed()
+    return rank, world
 
 
 def _combine_figures(sums: dict[str, float], maxima: dict[str, float]

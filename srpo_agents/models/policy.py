@@ -221,11 +221,17 @@ class Precision:
 
 
 def resolve_device(device: str) -> str:
-    """``"auto"``: CUDA when a GPU is present, else the CPU; anything else as given."""
+    """``"auto"``: CUDA when a GPU is present, else the CPU; anything else as given.
+    Under torchrun (``LOCAL_RANK`` set) "auto" and a bare "cuda" name this rank's own GPU,
+    ``cuda:<LOCAL_RANK>``: left as "cuda", every rank would land on GPU 0."""
+    import os
+
     import torch
 
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and "LOCAL_RANK" in os.environ:
+        return f"cuda:{int(os.environ['LOCAL_RANK'])}"
     return device
 
 
