@@ -65,8 +65,8 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
 
     from srpo_agents.learning.events import build_units
     from srpo_agents.learning.learner import Learner, LearnerConfig, init_data_parallel
-    from srpo_agents.learning.sharding import full
     from srpo_agents.learning.objective import ALGORITHMS
+    from srpo_agents.learning.sharding import full
     from srpo_agents.models.policy import load_policy
     from srpo_agents.rollout.files import read_rollouts
 

@@ -160,7 +160,8 @@ def every_answer(text: str) -> list[str]:
     and each number, at most ``MAX_CANDIDATES``. A lenient reading (an upper bound on
     what any choice of final answer could score), for diagnostics, never for rewards."""
     starts = sorted(i for command in _BOX_COMMANDS for i in _command_starts(text, command))
-    found = [extract_answer(text[i:j]) for i, j in zip(starts, starts[1:] + [len(text)])]
+    ends = starts[1:] + [len(text)]
+    found = [extract_answer(text[i:j]) for i, j in zip(starts, ends, strict=True)]
     found += _NUMBER.findall(text)
     return list(dict.fromkeys(a.replace("\u2212", "-") for a in found if a))[:MAX_CANDIDATES]
 

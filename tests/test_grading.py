@@ -14,8 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from srpo_envs import grading
-from srpo_envs.grading import (MAX_ANSWER_CHARS, MAX_CANDIDATES, Grade, answers_match,
-                                every_answer, extract_answer, grade, written_anywhere)
+from srpo_envs.grading import (
+    MAX_ANSWER_CHARS,
+    MAX_CANDIDATES,
+    Grade,
+    answers_match,
+    every_answer,
+    extract_answer,
+    grade,
+    written_anywhere,
+)
 
 DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math"
 GRADING_FILE = Path(grading.__file__).resolve()

@@ -58,7 +58,6 @@ import torch
 from srpo_agents import faults
 from srpo_agents.config import LearnerConfig  # noqa: F401 (Learner's settings; imported from here too)
 from srpo_agents.learning.events import ActionUnit, UnitBatch
-from srpo_agents.learning.sharding import full, full_weights, init_distributed, local, shard
 from srpo_agents.learning.objective import (
     POLICY_LOSSES,
     Algorithm,
@@ -66,6 +65,7 @@ from srpo_agents.learning.objective import (
     LossInputs,
     reference_kl,
 )
+from srpo_agents.learning.sharding import full, full_weights, init_distributed, local, shard
 from srpo_agents.models.policy import Policy
 from srpo_agents.rollout.engine import Sample
 from srpo_agents.rollout.generation import cache_kwarg

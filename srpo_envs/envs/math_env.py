@@ -86,8 +86,7 @@ from pathlib import Path
 from typing import Any
 
 from srpo_envs.event_env import EventEnv, EventOutcome
-from srpo_envs.grading import (answer_key, answers_match, boxed, extract_answer,
-                               written_anywhere)
+from srpo_envs.grading import answer_key, answers_match, boxed, extract_answer, written_anywhere
 from srpo_envs.math_tasks import MathTask, check_levels, distinct_tasks, generate_task, load_tasks
 from srpo_envs.routing import (
     Route,
