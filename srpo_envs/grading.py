@@ -43,7 +43,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from itertools import accumulate, repeat
+from itertools import accumulate, pairwise, repeat
 from multiprocessing.connection import Connection
 
 __all__ = ["MAX_ANSWER_CHARS", "Grade", "answers_match", "extract_answer", "grade", "warm_up"]
@@ -160,8 +160,7 @@ def every_answer(text: str) -> list[str]:
     and each number, at most ``MAX_CANDIDATES``. A lenient reading (an upper bound on
     what any choice of final answer could score), for diagnostics, never for rewards."""
     starts = sorted(i for command in _BOX_COMMANDS for i in _command_starts(text, command))
-    ends = starts[1:] + [len(text)]
-    found = [extract_answer(text[i:j]) for i, j in zip(starts, ends, strict=True)]
+    found = [extract_answer(text[i:j]) for i, j in pairwise([*starts, len(text)])]
     found += _NUMBER.findall(text)
     return list(dict.fromkeys(a.replace("\u2212", "-") for a in found if a))[:MAX_CANDIDATES]
 
