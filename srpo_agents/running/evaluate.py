@@ -121,9 +121,13 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
     cut_off, boxed_right = [], []   # boxed_right: correctness of the boxed episodes
     anywhere = []
     shown = Progress(len(task_indices) * k, progress, "episode", log) if progress else None
-    for t, _, _, rollout in run_tasks(engine, envs, task_indices, k, tag, chunk_size):
-        if shown is not None:
-            shown.update()
+    # a chunk's episodes finish together: counted as one, a line's rate and ETA are the
+    # chunks' (counted one by one, the first line after a chunk is the rate of one)
+    chunk = min(len(envs), chunk_size or len(envs))
+    for n, (t, _, _, rollout) in enumerate(run_tasks(engine, envs, task_indices, k, tag,
+                                                     chunk_size), start=1):
+        if shown is not None and (n % chunk == 0 or n == len(task_indices) * k):
+            shown.update(chunk if n % chunk == 0 else n % chunk)
         played.append(rollout)
         cut_off += [not sample.finished for sample in rollout.samples.values()]
         correct[t].append(episode_correct(rollout))
