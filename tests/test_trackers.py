@@ -4,6 +4,7 @@ wrote (TensorBoard's event files, trackio's SQLite store, the W&B offline run fi
 
 import json
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -12,14 +13,29 @@ from srpo_agents.cli import main
 from srpo_agents.config import TrainConfig
 
 
-def wandb_records(run_dir: Path) -> tuple[dict, list[dict]]:
-    """(config, history rows) of the W&B offline run in ``run_dir/wandb``: its
-    ``.wandb`` file is a log of records (a 7-byte header, then records in 32 KiB blocks,
-    each with a 7-byte header: checksum, length, type), each a ``Record`` protobuf."""
+def wandb_records(run_dir: Path, wait_s: float = 60.0) -> tuple[dict, list[dict]]:
+    """(config, history rows) of the W&B offline run in ``run_dir/wandb``, once its
+    ``exit`` record is written: ``run.finish()`` returns before the wandb-core process has
+    flushed the file (seen in CI: a 7-byte file, complete 2 s later)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        config, history, kinds = _wandb_file(run_dir)
+        if "exit" in kinds or time.monotonic() > deadline:
+            return config, history
+        time.sleep(0.2)
+
+
+def _wandb_file(run_dir: Path) -> tuple[dict, list[dict], list[str]]:
+    """The ``.wandb`` file is a log of records (a 7-byte header, then records in 32 KiB
+    blocks, each with a 7-byte header: checksum, length, type), each a ``Record``
+    protobuf."""
     from wandb.proto import wandb_internal_pb2
 
     path = next((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
     data = path.read_bytes()
+    kinds: list[str] = []
+    if len(data) < 7:  # not yet written
+        return {}, [], kinds
     assert data[:4] == b":W&B"
     position, block, pieces, config, history = 7, 32768, b"", {}, []
     while position + 7 <= len(data):
@@ -31,6 +47,8 @@ def wandb_records(run_dir: Path) -> tuple[dict, list[dict]]:
         if length == 0 and kind == 0:
             position += left
             continue
+        if position + 7 + length > len(data):  # a record still being written
+            break
         pieces += data[position + 7:position + 7 + length]
         position += 7 + length
         if kind in (1, 4):  # a whole record, or the last piece of one
@@ -38,6 +56,7 @@ def wandb_records(run_dir: Path) -> tuple[dict, list[dict]]:
             record.ParseFromString(pieces)
             pieces = b""
             which = record.WhichOneof("record_type")
+            kinds.append(which)
             if which == "run":
                 config.update({i.key: json.loads(i.value_json) for i in record.run.config.update})
             elif which == "config":
@@ -45,7 +64,7 @@ def wandb_records(run_dir: Path) -> tuple[dict, list[dict]]:
             elif which == "history":
                 history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json)
                                 for i in record.history.item})
-    return config, history
+    return config, history, kinds
 
 
 def test_every_tracker_gets_the_config_and_the_metrics(tmp_path, monkeypatch, capsys):
