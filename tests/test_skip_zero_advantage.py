@@ -67,7 +67,11 @@ def test_the_update_is_the_same_without_the_zero_units(math_tiny_dir, algo, conf
     assert rows < full_rows          # the zero units' passes were left out
     # float32 round-off, relative: REINFORCE's loss is a sum of log-probs (about 2.5)
     assert figures["loss"] == pytest.approx(full_figures["loss"], rel=1e-5, abs=1e-6)
-    assert figures["clip_fraction"] == pytest.approx(full_figures["clip_fraction"], abs=1e-9)
+    if "epochs" not in config:  # one pass on policy: every ratio is 1 up to round-off
+        # The figures average over the units that ran (a real run logged ratio_mean 0.25
+        # with 3 in 4 units left out, when they counted as 0s).
+        assert figures["ratio_mean"] == pytest.approx(1.0, abs=1e-3)
+        assert full_figures["ratio_mean"] == pytest.approx(1.0, abs=1e-3)
     assert len(grads) == len(full_grads) == (config.get("epochs", 1) if not
                                             config.get("minibatch_units") else len(grads))
     assert len(grads) >= 1

@@ -279,6 +279,14 @@ class Learner:
             return list(share)
         return [i for i in share if batch.advantages[i] != 0.0]
 
+    def _figure_totals(self, mini: UnitBatch) -> tuple[int, int]:
+        """(units, response tokens) of ``mini`` that its figures average over: every
+        unit, or under ``skip_zero_advantage`` those carried (at least 1 each)."""
+        if not self.skips_zero:
+            return len(mini), max(mini.response_tokens, 1)
+        kept = mini.subset([i for i in range(len(mini)) if mini.advantages[i] != 0.0])
+        return max(len(kept), 1), max(kept.response_tokens, 1)
+
     def _pad_plan(self, plan: list, batch: UnitBatch) -> set[int]:
         """Under FSDP every forward and backward is a collective, so every rank runs as
         many micro-batches of each mini-batch as the busiest one: a rank with fewer (an
@@ -463,6 +471,9 @@ class Learner:
                 clipped_before = sums["clip_fraction"]
                 total_units = len(mini)
                 total_tokens = max(mini.response_tokens, 1)
+                # Figures (ratio, clip, KL) average over the units that ran: skipped
+                # units of advantage 0 weigh in the loss's normalisation, not in them.
+                seen_units, seen_tokens = self._figure_totals(mini)
                 for n, micro in enumerate(micros):
                     if self.sharded:  # gradients reduced once, after the last micro-batch
                         model.set_requires_gradient_sync(n == len(micros) - 1)
@@ -470,10 +481,12 @@ class Learner:
                     if id(micro) in padding:  # a collective's partner: no gradient, no figure
                         (loss * 0.0).backward()
                         continue
-                    token_share = tokens / total_tokens
                     weight = (len(micro) / total_units if self.normalizer == "units"
-                              else token_share)
+                              else tokens / total_tokens)
                     (loss * weight).backward()
+                    token_share = tokens / seen_tokens
+                    share = (len(micro) / seen_units if self.normalizer == "units"
+                             else token_share)
                     deviation = figures.pop("max_abs_log_ratio")
                     maxima["max_abs_log_ratio"] = max(maxima["max_abs_log_ratio"], deviation)
                     if epoch == 0 and index == 0:  # before the first optimizer step
@@ -485,8 +498,9 @@ class Learner:
                     sums["approx_kl"] += figures.pop("approx_kl") * token_share
                     # over tokens, as approx_kl; 0 where pi_old is the sampler's own
                     sums["mismatch_kl"] += figures.pop("mismatch_kl", 0.0) * token_share
-                    for key, value in figures.items():
-                        sums[key] = sums.get(key, 0.0) + value * weight
+                    for key, value in figures.items():  # the loss's own terms at its weight
+                        sums[key] = sums.get(key, 0.0) + value * (
+                            weight if key in ("loss", "kl") else share)
                 clip_by_update.append(sums["clip_fraction"] - clipped_before)
                 if self.skips_zero:  # units left out: the step still sees every gradient
                     for p in trainable:
