@@ -26,6 +26,15 @@ Fixed, not searched (each costs a pilot run, about 40 minutes on 2 cores): G = 8
 cut off; 4 tasks a step, as the earlier real-model runs. One pilot seed, three entries:
 two seeds of four entries (the first plan) would take over 5 hours of the 2 cores.
 
+**When the chosen entry collapses** (added after the first run, team SRPO at full lr
+3e-5 on seed 0, fell into repeating itself; written before any run of another entry).
+A run has collapsed when, for ``COLLAPSE_STEPS`` training steps in a row, its mean
+response length was at least ``COLLAPSE_LENGTH`` of ``max_new_tokens`` while its training
+accuracy was below its first step's. Its entry is then dropped (kept in the pilot's
+record with the evidence, its run folder renamed ``*-collapsed``) and the runs start
+again from seed 0 with the rule's next choice among the entries left. A run is checked
+when ``run`` reaches it (an unfinished one by its metrics so far) and when it finishes.
+
 **The runs.** Seeds 0, 1, 2 of: the team under SRPO (``team-srpo``), the single agent
 under SRPO (one agent: SRPO's sets have K = 1, so it is GRPO there) (``single``) and the
 team under GRPO (``team-grpo``), same steps, tasks and lr; ``EVAL_TASKS`` held-out test
@@ -125,14 +134,18 @@ def pilot(out: Path) -> None:
 
 
 def choose(data: dict) -> str | None:
-    """The pilot's rule (module docstring) over the grid entries with every seed done."""
-    scores = {}
+    """The pilot's rule (module docstring) over the grid entries with every seed done,
+    less those dropped for a collapse."""
+    scores, dropped = {}, data.get("dropped", {})
     for name in GRID:
         gains = [data[f"{name}, seed {s}"]["diff"]["avg_at_k"] for s in PILOT_SEEDS
                  if f"{name}, seed {s}" in data]
         if len(gains) == len(PILOT_SEEDS):
             scores[name] = sum(gains) / len(gains)
     if len(scores) < len(GRID):
+        return None
+    scores = {name: score for name, score in scores.items() if name not in dropped}
+    if not scores:
         return None
     simple = sorted(scores, key=lambda n: ("lora" in n, GRID[n]["lr"]))  # simplest first
     best = max(scores.values())
@@ -171,6 +184,12 @@ def write_pilot(data: dict) -> None:
                 f"{v['seconds']:.0f} | {row['wall_s'] / 60:.0f} |")
     chosen = choose(data)
     lines += ["", FORMAT_NOTE, ""]
+    for name, why in data.get("dropped", {}).items():
+        lines += [f"Dropped after the pilot: {name}. Its run {why['run']} collapsed at step "
+                  f"{why['collapsed_at_step']} (the rule in the script's docstring): mean "
+                  f"response length a step {', '.join(map(str, why['response_length']))} "
+                  f"of at most {why['max_new_tokens']} tokens; training accuracy "
+                  f"{', '.join(f'{a:.3f}' for a in why['accuracy'])}.", ""]
     lines += [f"Chosen by the rule: {chosen}. Steps of the runs: "
               f"{fitting_steps(data, chosen)}, as many as fit {BUDGET_S // 3600} hours with "
               f"both evaluations ({EVAL_TASKS} tasks x k = {EVAL_K}, each costed from the "
@@ -186,6 +205,7 @@ def record(name: str, seed: int, summary: dict) -> dict:
     diff = task_difference(before, after)
     return {"model": config["model"], "env": config["env"], "workflow": config["workflow"],
             "algo": config["algo"], "run": name, "seed": seed, "steps": config["steps"],
+            "lr": config["lr"],
             "tasks": after["tasks"], "k": after["k"], "before": before["avg_at_k"],
             "after": after["avg_at_k"], "diff": diff["avg_at_k"],
             "se": diff["avg_at_k_stderr"], "readable_before": before.get("boxed_rate"),
@@ -217,29 +237,87 @@ def fitting_steps(data: dict, name: str) -> int:
     return int((BUDGET_S - before - after) // (sum(seconds) / len(seconds)))
 
 
+COLLAPSE_STEPS, COLLAPSE_LENGTH = 3, 0.9
+
+
+def collapse_step(rows: list[dict], max_new_tokens: int) -> int | None:
+    """The step at which a run's metrics rows show it collapsed (module docstring), or
+    None: ``COLLAPSE_STEPS`` steps in a row of mean response length at least
+    ``COLLAPSE_LENGTH`` x ``max_new_tokens`` and training accuracy below the first
+    step's."""
+    streak = 0
+    for row in rows:
+        long = row["response_length"] >= COLLAPSE_LENGTH * max_new_tokens
+        streak = streak + 1 if long and row["accuracy"] < rows[0]["accuracy"] else 0
+        if streak == COLLAPSE_STEPS:
+            return row["step"]
+    return None
+
+
+def drop_if_collapsed(pilot_data: dict, name: str, config: TrainConfig) -> bool:
+    """Drop grid entry ``name`` if ``config``'s run (finished or not) has collapsed: the
+    evidence goes into the pilot's record, the run's folder to ``*-collapsed``."""
+    folder = Path(config.out)
+    metrics = folder / "metrics.jsonl"
+    if not metrics.is_file():
+        return False
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    step = collapse_step(rows, config.max_new_tokens)
+    if step is None:
+        return False
+    pilot_data.setdefault("dropped", {})[name] = {
+        "run": folder.name, "seed": config.seed, "collapsed_at_step": step,
+        "max_new_tokens": config.max_new_tokens,
+        "response_length": [round(r["response_length"], 1) for r in rows],
+        "accuracy": [r["accuracy"] for r in rows]}
+    folder.rename(folder.with_name(f"{folder.name}-collapsed"))
+    (RESULTS / "real_model_pilot_v2.json").write_text(json.dumps(pilot_data, indent=1) + "\n")
+    write_pilot(pilot_data)
+    print(f"{folder.name} collapsed at step {step}: {name} is dropped")
+    return True
+
+
 def run(args, out: Path) -> None:
-    """The runs, with the recipe's ``RUN``, which must be the pilot's choice."""
+    """The runs, with the recipe's ``RUN``, which must be the pilot's choice; from seed 0
+    again with the next choice when a run of it collapses."""
     pilot_data = json.loads((RESULTS / "real_model_pilot_v2.json").read_text())
+    while not run_choice(args, out, pilot_data):
+        pass
+
+
+def run_choice(args, out: Path, pilot_data: dict) -> bool:
+    """The runs of the pilot's current choice; False when one collapsed (dropped)."""
     name = choose(pilot_data)
     if name is None:
-        sys.exit("the pilot has not finished: run `pilot` first")
+        sys.exit("the pilot has not finished, or every entry was dropped")
     wanted = {**GRID[name], "steps": args.steps or fitting_steps(pilot_data, name)}
+    configs = {(run_name, seed): real_config(seed, out / f"{run_name}-s{seed}",
+                                             **{**RUN, **wanted, **changes})
+               for seed in args.seeds for run_name, changes in RUNS.items()
+               if not args.only or run_name in args.only}
+    # a run left unfinished may have collapsed already (it holds the choice's settings)
+    if any(drop_if_collapsed(pilot_data, name, c) for c in configs.values()):
+        return False
     differ = {k: (RUN.get(k), v) for k, v in wanted.items() if RUN.get(k) != v}
     if differ and not args.steps:
         sys.exit(f"srpo_agents/running/real_recipe.py RUN is not the pilot's choice "
                  f"({name}): (RUN's, the pilot's) {differ}")
     path = RESULTS / "real_model_learns.json"
     records = json.loads(path.read_text()) if path.exists() else []
-    done = {(r["run"], r["seed"]) for r in records}
-    for seed in args.seeds:
-        for run_name, changes in RUNS.items():
-            if (run_name, seed) in done or (args.only and run_name not in args.only):
-                continue
-            config = real_config(seed, out / f"{run_name}-s{seed}",
-                                 **{**RUN, **wanted, **changes})
-            records.append(record(run_name, seed, run_one(config)))
-            path.write_text(json.dumps(records, indent=1) + "\n")
-    write_report(records)
+    # runs of an entry dropped earlier stay in the file, out of this choice's tables
+    ours = [r for r in records if r.get("lr") == wanted["lr"]]
+    done = {(r["run"], r["seed"]) for r in ours}
+    for (run_name, seed), config in configs.items():
+        if (run_name, seed) in done:
+            continue
+        summary = run_one(config)
+        if drop_if_collapsed(pilot_data, name, config):
+            return False
+        records.append(record(run_name, seed, summary))
+        ours.append(records[-1])
+        path.write_text(json.dumps(records, indent=1) + "\n")
+    write_report(ours)
+    return True
 
 
 def rate(value: float | None) -> str:
@@ -319,11 +397,14 @@ def main() -> None:
         run(args, out)
     else:
         pilot_path = RESULTS / "real_model_pilot_v2.json"
-        if pilot_path.exists():
-            write_pilot(json.loads(pilot_path.read_text()))
+        pilot_data = json.loads(pilot_path.read_text()) if pilot_path.exists() else {}
+        if pilot_data:
+            write_pilot(pilot_data)
         path = RESULTS / "real_model_learns.json"
-        if path.exists():
-            write_report(json.loads(path.read_text()))
+        name = choose(pilot_data) if pilot_data else None
+        if path.exists() and name:
+            write_report([r for r in json.loads(path.read_text())
+                          if r.get("lr") == GRID[name]["lr"]])
 
 
 if __name__ == "__main__":

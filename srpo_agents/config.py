@@ -607,14 +607,16 @@ def same_settings(stored: dict[str, Any], config: TrainConfig,
     return {**{k: defaults[k] for k in current.keys() - stored.keys()}, **stored} == current
 
 
-def holds_config(path: Path, config: TrainConfig) -> bool:
+def holds_config(path: Path, config: TrainConfig, ignore: tuple[str, ...] = ()) -> bool:
     """Whether the JSON file ``path`` holds a result of this very config (its "config"
     entry, compared by ``same_settings``). Where a result was written is not what it is:
-    the same run under an absolute and a relative --out is still it."""
+    the same run under an absolute and a relative --out is still it. ``ignore``: fields
+    the result does not depend on besides."""
     import json
 
     if not Path(path).is_file():
         return False
     stored = json.loads(Path(path).read_text()).get("config")
-    return isinstance(stored, dict) and same_settings(stored, config, ignore=("out",))
+    return isinstance(stored, dict) and same_settings(stored, config,
+                                                      ignore=("out", *ignore))
 

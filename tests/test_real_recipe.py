@@ -57,6 +57,65 @@ def test_the_pilot_rule_prefers_the_simpler_entry_within_a_hundredth():
     assert module.choose(unfinished) is None
 
 
+def test_a_collapsed_run_is_named_and_its_entry_dropped(tmp_path, monkeypatch):
+    """The collapse rule: long answers for 3 steps in a row while the training accuracy
+    is under the first step's; the entry leaves the choice and its folder is renamed."""
+    module = learns_module()
+
+    def rows(lengths, accuracies):
+        return [{"step": i, "response_length": n, "accuracy": a}
+                for i, (n, a) in enumerate(zip(lengths, accuracies, strict=True))]
+
+    long, short = 0.9 * 128, 0.9 * 128 - 1
+    assert module.collapse_step(rows([40, long, long, long], [0.2, 0.1, 0.0, 0.1]), 128) == 3
+    assert module.collapse_step(rows([40, long, short, long, long], [0.2] + [0.1] * 4),
+                                128) is None   # the streak broke
+    assert module.collapse_step(rows([40, long, long, long], [0.2, 0.1, 0.3, 0.1]),
+                                128) is None   # accuracy at or above the first step's
+    names = list(module.GRID)
+    gains = dict.fromkeys(names, 0.0)
+    gains[names[1]] = 0.3
+    data = pilot_data(module, gains)
+    assert module.choose(data) == names[1]
+    monkeypatch.setattr(module, "RESULTS", tmp_path)
+    monkeypatch.setattr(module, "write_pilot", lambda data: None)
+    run = tmp_path / "team-srpo-s0"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows(
+        [40, long, long, long], [0.2, 0.1, 0.0, 0.1])) + "\n")
+    config = real_config(0, run, workflow=TEAM)
+    assert module.drop_if_collapsed(data, names[1], config)
+    assert data["dropped"][names[1]]["collapsed_at_step"] == 3
+    assert not run.exists() and (tmp_path / "team-srpo-s0-collapsed").is_dir()
+    assert module.choose(data) != names[1] and module.choose(data) is not None
+    assert not module.drop_if_collapsed(data, names[0], config)   # no metrics there now
+
+
+def test_the_shared_start_serves_another_lr_not_another_seed(tmp_path, monkeypatch):
+    """The untrained team's result does not depend on lr or steps: a start measured
+    under one pilot choice is read back under the next; another seed measures anew."""
+    from srpo_agents.running import real_recipe
+
+    measured = []
+
+    def fake_start(config, log, progress=""):
+        measured.append(config.seed)
+        return {"avg_at_k": 0.1, "avg_at_k_stderr": 0.01, "pass_at_k": 0.2}
+
+    monkeypatch.setattr(real_recipe, "evaluate_start", fake_start)
+    first = real_config(0, tmp_path / "team-srpo-s0", workflow=TEAM, lr=3e-5, steps=26)
+    real_recipe.shared_start(first, log=lambda line: None)
+    real_recipe.shared_start(real_config(0, tmp_path / "team-srpo-s0", workflow=TEAM,
+                                         lr=1e-5, steps=33, skip_zero_advantage=True),
+                             log=lambda line: None)
+    assert measured == [0]
+    real_recipe.shared_start(real_config(1, tmp_path / "team-srpo-s1", workflow=TEAM,
+                                         lr=1e-5), log=lambda line: None)
+    real_recipe.shared_start(real_config(0, tmp_path / "team-srpo-s0", workflow=TEAM,
+                                         temperature=1.0), log=lambda line: None)
+    assert measured == [0, 1, 0]
+
+
 def test_team_minus_majority_vote_buys_votes_with_the_teams_tokens():
     module = learns_module()
     team = {"run": "team-srpo", "seed": 0, "tokens_per_task_after": 200.0,
