@@ -548,11 +548,14 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
         if self.rollout_workers and self.per_role_policies:
             raise ValueError("rollout_workers with per_role_policies is not supported: the "
                              "workers play one shared policy")
-        if self.fsdp:
-            raise ValueError(f"fsdp={self.fsdp!r}: srpo train does not run FSDP2 yet (its "
-                             f"generation, evaluation and checkpoints hold whole weights); "
-                             f"the learner alone does (Learner with LearnerConfig(fsdp=...), "
-                             f"benchmarks/ddp_update.py --fsdp)")
+        if self.fsdp and self.backend != "hf":
+            raise ValueError(f"fsdp={self.fsdp!r} with backend={self.backend!r}: under "
+                             f"FSDP2 only the hf backend generates yet (inside the gathered "
+                             f"weights); vLLM's weight sync reads whole tensors")
+        if self.fsdp and self.dynamic_sampling:
+            raise ValueError(f"fsdp={self.fsdp!r} with dynamic_sampling: its extra rounds "
+                             f"differ by rank, and every rollout under FSDP2 is a "
+                             f"collective that all ranks must call together")
         if self.max_staleness and self.data_parallel:
             raise ValueError(f"max_staleness={self.max_staleness} with data_parallel: "
                              f"asynchronous rollouts need one learner process (use "

@@ -137,6 +137,9 @@ def test_fsdp_names_its_strategies_and_needs_ranks():
     with pytest.raises(ValueError, match="fsdp='full_shard' without data_parallel"):
         LearnerConfig(fsdp="full_shard")
     assert LearnerConfig(fsdp="no_shard", data_parallel=True).fsdp == "no_shard"
-    # not yet in srpo train: it says so rather than hanging on a sharded generation
-    with pytest.raises(ValueError, match="srpo train does not run FSDP2 yet"):
-        TrainConfig(fsdp="full_shard", data_parallel=True)
+    assert TrainConfig(fsdp="full_shard", data_parallel=True).learner().fsdp == "full_shard"
+    # what would call a collective on one rank only, or read whole weights, says so
+    with pytest.raises(ValueError, match="fsdp='full_shard' with backend='vllm'"):
+        TrainConfig(fsdp="full_shard", data_parallel=True, backend="vllm")
+    with pytest.raises(ValueError, match="fsdp='full_shard' with dynamic_sampling"):
+        TrainConfig(fsdp="full_shard", data_parallel=True, dynamic_sampling=True)

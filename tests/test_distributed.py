@@ -82,42 +82,54 @@ def test_two_gloo_ranks_equal_one_process(data, fsdp, first_units, rows):
         assert float((two[key] - one[key]).abs().max()) <= 2 * LR + 1e-6
 
 
-def test_srpo_train_under_torchrun(tmp_path):
-    """Two ranks play half the tasks each, gather the episodes and update together: both
-    record the same metrics and end with the same weights."""
-    import json
-    import socket
+TRAIN = ["train", "--data-parallel", "--env", "SRPO-Countdown-v0", "--workflow", "parallel",
+         "--n-agents", "2", "--group-size", "2", "--tasks-per-step", "4",
+         "--eval-tasks", "4", "--eval-k", "2", "--max-new-tokens", "6", "--lr", "1e-3",
+         # a token cost gives the episodes different returns, so the update moves weights
+         "--cost-per-token", "0.01",
+         "--model", "tiny", "--warmstart-steps", "2", "--warmstart-target", "1.0"]
 
-    from safetensors.torch import load_file
+
+def _train_on_two_ranks(out: Path, cwd: Path, *args: str, kill_at: str = ""
+                        ) -> subprocess.CompletedProcess:
+    """``srpo train`` on 2 gloo ranks under torchrun (``kill_at``: SRPO_KILL_AT of both)."""
+    import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
-           "SRPO_CACHE_DIR": str(tmp_path / "cache")}
+           "SRPO_CACHE_DIR": str(cwd / "cache")}
+    if kill_at:
+        env["SRPO_KILL_AT"] = kill_at
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
          "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "srpo_agents.cli",
-         "train", "--data-parallel", "--env", "SRPO-Countdown-v0", "--workflow", "parallel",
-         "--n-agents", "2", "--steps", "2", "--group-size", "2", "--tasks-per-step", "4",
-         "--eval-tasks", "4", "--eval-k", "2", "--max-new-tokens", "6", "--lr", "1e-3",
-         # a token cost gives the episodes different returns, so the update moves weights
-         "--cost-per-token", "0.01",
-         "--model", "tiny", "--warmstart-steps", "2", "--warmstart-target", "1.0",
-         "--out", str(out)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+         *TRAIN, *args, "--out", str(out)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     # the ranks' own lines first (torchrun's summary of who failed comes after them)
-    assert done.returncode == 0, "\n".join(
+    assert kill_at or done.returncode == 0, "\n".join(
         line for line in done.stderr.splitlines() if "Loading weights" not in line)[:6000]
+    return done
 
-    def rows(run):
-        return [{k: v for k, v in json.loads(x).items() if not k.endswith("seconds")}
-                for x in (run / "metrics.jsonl").read_text().splitlines()]
 
-    assert rows(out) == rows(out / "rank-1")
-    assert [r["events"] for r in rows(out)] == [16, 16]  # 4 tasks x 2 episodes x 2 events
-    assert all(r["grad_norm"] > 0 for r in rows(out))
+def _rows(run: Path) -> list[dict]:
+    import json
+
+    return [{k: v for k, v in json.loads(x).items() if not k.endswith("seconds")}
+            for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_srpo_train_under_torchrun(tmp_path):
+    """Two ranks play half the tasks each, gather the episodes and update together: both
+    record the same metrics and end with the same weights."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "run"
+    _train_on_two_ranks(out, tmp_path, "--steps", "2")
+    assert _rows(out) == _rows(out / "rank-1")
+    assert [r["events"] for r in _rows(out)] == [16, 16]  # 4 tasks x 2 episodes x 2 events
+    assert all(r["grad_norm"] > 0 for r in _rows(out))
     # the weights each rank checkpointed after its last step (transformers' own
     # save_pretrained writes weights on rank 0 only)
     one, two = (load_file(str(run / "checkpoints" / "step-00000002" / "tensors.safetensors"))
@@ -183,3 +195,57 @@ def test_a_damaged_sharded_checkpoint_is_named_and_a_kill_leaves_the_last_one(tm
     shard.write_bytes(shard.read_bytes()[:-7])
     with pytest.raises(CheckpointError, match=rf"{shard.name} is missing, truncated or corrupt"):
         load_sharded(folder, fresh, fresh_optimizer)
+
+
+@pytest.fixture(scope="module")
+def fsdp_runs(tmp_path_factory):
+    """3 steps of ``srpo train --fsdp full_shard`` on 2 ranks, checkpointed every step,
+    and the same run under the hand-written all-reduce."""
+    root = tmp_path_factory.mktemp("fsdp-train")
+    for name, extra in (("fsdp", ("--fsdp", "full_shard")), ("all-reduce", ())):
+        _train_on_two_ranks(root / name, root, "--steps", "3", "--save-every", "1", *extra)
+    return root
+
+
+def _policy(run: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(run / "policy" / "model.safetensors"))
+
+
+def test_srpo_train_on_fsdp_matches_the_all_reduce_run(fsdp_runs):
+    """Same episodes (both generate from whole weights), same update to float32 rounding:
+    FSDP reduce-scatters in another order than the per-parameter all-reduce."""
+    fsdp, reduce = fsdp_runs / "fsdp", fsdp_runs / "all-reduce"
+    assert _rows(fsdp) == _rows(fsdp / "rank-1")
+    for a, b in zip(_rows(fsdp), _rows(reduce), strict=True):
+        assert a["events"] == b["events"] and a["accuracy"] == b["accuracy"]
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+    # rank 0 wrote the gathered weights as transformers' folder; every rank its own RNGs
+    one, two = _policy(fsdp), _policy(reduce)
+    assert set(one) == set(two)
+    for key in one:
+        torch.testing.assert_close(one[key], two[key], rtol=0, atol=1e-5)
+    assert sorted(p.name for p in (fsdp / "checkpoints-sharded").iterdir()) == [
+        "step-00000002", "step-00000003"]  # the last two kept
+    assert (fsdp / "rank-1" / "checkpoints" / "step-00000003" / "state.json").is_file()
+
+
+@pytest.mark.parametrize("point", ["update@1", "checkpoint@1"])
+def test_a_killed_fsdp_run_resumes_to_the_uninterrupted_one(fsdp_runs, point):
+    """SIGKILL on both ranks mid-update, or after step 2's sharded weights were saved but
+    before the ranks' own parts were: the resumed run's metrics and final weights are the
+    uninterrupted run's, bit for bit (a step lacking a part is not resumed from)."""
+    run = fsdp_runs / f"killed-{point.replace('@', '-')}"
+    args = ("--steps", "3", "--save-every", "1", "--fsdp", "full_shard")
+    killed = _train_on_two_ranks(run, fsdp_runs, *args, kill_at=point)
+    assert killed.returncode != 0 and not (run / "summary.json").exists()
+    if point.startswith("checkpoint"):
+        assert (run / "checkpoints-sharded" / "step-00000002" / "state.json").is_file()
+        assert not (run / "checkpoints" / "step-00000002").exists()
+    resumed = _train_on_two_ranks(run, fsdp_runs, *args, "--resume")
+    assert "resumed from" in resumed.stdout + resumed.stderr
+    assert "step-00000001" in resumed.stdout + resumed.stderr
+    assert _rows(run) == _rows(fsdp_runs / "fsdp")
+    one, two = _policy(run), _policy(fsdp_runs / "fsdp")
+    assert all(torch.equal(one[k], two[k]) for k in one)

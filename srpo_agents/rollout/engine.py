@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from srpo_agents import faults
+from srpo_agents.learning.sharding import full_weights
 from srpo_agents.models.policy import Policy
 from srpo_agents.rollout.generation import BACKENDS, GenerationOutput, Sampling
 from srpo_envs import Transition
@@ -264,10 +265,16 @@ class RolloutEngine:
     def run(self, envs: Sequence, options: Sequence[dict]) -> list[Rollout]:
         """Reset ``envs[i]`` with ``options[i]`` and play every episode to its end.
 
-        Returns one ``Rollout`` per env, in order.
+        Returns one ``Rollout`` per env, in order. A policy sharded over ranks (FSDP2) is
+        gathered whole for the call (``sharding.full_weights``, one collective): every
+        rank calls ``run`` as often as the others, and decodes without collectives.
         """
         if len(envs) != len(options):
             raise ValueError(f"got {len(envs)} envs but {len(options)} options")
+        with full_weights(self.policy.model):
+            return self._play(envs, options)
+
+    def _play(self, envs: Sequence, options: Sequence[dict]) -> list[Rollout]:
         tick = time.perf_counter()
         observations = [env.reset(options=dict(opt))[0]
                         for env, opt in zip(envs, options, strict=True)]

@@ -285,18 +285,20 @@ def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tenso
 
 
 def load_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict[str, Any],
-                    generators: dict[str, Any], log=print) -> dict:
-    """Restore models, optimizers and RNGs in place from the newest good checkpoint;
-    return its payload (step, extra...)."""
+                    generators: dict[str, Any], log=print, step: int | None = None) -> dict:
+    """Restore models, optimizers and RNGs in place from the newest good checkpoint (of
+    step ``step`` only, when given); return its payload (step, extra...)."""
     run_dir = Path(run_dir)
     if (run_dir / LEGACY_NAME).exists() and not checkpoint_dirs(run_dir):
         raise CheckpointError(
             f"--resume: {run_dir / LEGACY_NAME} is a checkpoint of the old pickle format, "
             f"which srpo no longer loads: unpickling a file can run arbitrary code. Resume "
             f"is possible from checkpoints written by this version (checkpoints/step-*/)")
-    folders = checkpoint_dirs(run_dir)
+    folders = [f for f in checkpoint_dirs(run_dir)
+               if step is None or f.name == f"step-{step:08d}"]
     if not folders:
-        raise FileNotFoundError(f"--resume: no checkpoint in {run_dir / CHECKPOINTS}")
+        raise FileNotFoundError(f"--resume: no checkpoint in {run_dir / CHECKPOINTS}"
+                                + (f" of step {step}" if step is not None else ""))
     problems = []
     for folder in folders:
         try:

@@ -28,9 +28,24 @@ from typing import Any
 
 import torch
 
-from srpo_agents.running.checkpoint import CheckpointError, _fsync_dir, _sha256
+from srpo_agents.running.checkpoint import (
+    KEEP,
+    SHARED,
+    CheckpointError,
+    _fsync_dir,
+    _sha256,
+    _swap_in,
+    checkpoint_dirs,
+    load_checkpoint,
+    policy_dir,
+    read_state,
+    save_checkpoint,
+)
 
 STATE = "state.json"
+SHARDED = "checkpoints-sharded"
+"""A sharded run's folder of DCP checkpoints, in rank 0's run folder (every rank's
+``checkpoints/`` then holds only its own RNGs and extras)."""
 
 
 def _distributed() -> bool:
@@ -126,3 +141,94 @@ def load_sharded(folder: Path, model: torch.nn.Module, optimizer) -> dict:
                    optim_state_dict=target["optimizer"])
     return payload
 
+
+
+def _step_folder(root: Path, step: int) -> Path:
+    return Path(root) / SHARDED / f"step-{step:08d}"
+
+
+def _sharded_steps(root: Path) -> list[int]:
+    folder = Path(root) / SHARDED
+    if not folder.is_dir():
+        return []
+    return sorted((int(d.name.removeprefix("step-")) for d in folder.iterdir()
+                   if d.name.startswith("step-") and (d / STATE).is_file()), reverse=True)
+
+
+def save_full_policy(policy, directory: Path) -> None:
+    """Every rank calls it: the sharded model's whole weights gathered to rank 0's host
+    memory, which writes ``save_pretrained``'s folder, swapped in whole."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state = get_model_state_dict(policy.model, options=StateDictOptions(
+        full_state_dict=True, cpu_offload=True))
+    if _rank() == 0:
+        # The gather copies tied weights apart (the head and the embedding): tied again,
+        # save_pretrained writes one of them, as from the whole model.
+        tied = getattr(policy.model, "get_expanded_tied_weights_keys", dict)()
+        for target, source in tied.items():
+            if target in state and source in state:
+                state[target] = state[source]
+
+        def write(tmp: Path) -> None:
+            policy.model.save_pretrained(tmp, state_dict=state)
+            policy.tokenizer.save_pretrained(tmp)
+
+        _swap_in(Path(directory), write)
+    _barrier()
+
+
+def save_run_state(root: Path, run_dir: Path, policy, optimizer, *, step: int, config: dict,
+                   generators: dict, extra: dict) -> None:
+    """Every rank calls it, at the end of step ``step``: the weights and AdamW state into
+    ``root/checkpoints-sharded/step-N`` (shared, DCP), then this rank's own checkpoint in
+    ``run_dir`` (its RNGs and ``extra``, no model tensors), then ``root/policy`` from the
+    gathered weights. A step is resumable once both its parts exist on every rank
+    (``load_run_state``), so a kill between them falls back to the step before."""
+    save_sharded(_step_folder(root, step), policy.model, optimizer, {"step": step})
+    save_checkpoint(run_dir, policies={}, optimizers={}, step=step, config=config,
+                    generators=generators, extra=extra)
+    save_full_policy(policy, policy_dir(root, SHARED))
+    if _rank() == 0:
+        for old in _sharded_steps(root)[KEEP:]:
+            shutil.rmtree(_step_folder(root, old), ignore_errors=True)
+    _barrier()
+
+
+def _own_steps(run_dir: Path) -> list[int]:
+    """Steps of this rank's own checkpoints whose state verifies."""
+    steps = []
+    for folder in checkpoint_dirs(run_dir):
+        try:
+            steps.append(int(read_state(folder)[0]["step"]))
+        except CheckpointError:
+            continue
+    return steps
+
+
+def load_run_state(root: Path, run_dir: Path, policy, optimizer, generators: dict,
+                   log=print) -> dict | None:
+    """Every rank calls it: restores the newest step that every rank's own checkpoint
+    and the shared sharded one hold (both verified), and returns this rank's payload;
+    None (on every rank) where no step is whole yet."""
+    import torch.distributed as dist
+
+    mine = set(_own_steps(run_dir))
+    if _distributed():
+        every: list = [None] * dist.get_world_size()
+        dist.all_gather_object(every, sorted(mine))
+        common = set.intersection(*(set(steps) for steps in every))
+    else:
+        common = mine
+    for step in _sharded_steps(root):
+        if step not in common:
+            continue
+        try:
+            load_sharded(_step_folder(root, step), policy.model, optimizer)
+        except CheckpointError as err:  # every rank reads the same files: all skip it
+            log(f"checkpoint skipped: {err}")
+            continue
+        payload = load_checkpoint(run_dir, policies={}, optimizers={}, generators=generators,
+                                  log=log, step=step)
+        return {**payload, "folder": str(_step_folder(root, step))}
+    return None

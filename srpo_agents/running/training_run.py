@@ -120,6 +120,12 @@ class TrainingRun:
     resumed_samplers: dict | None = None
     loop_started: float = 0.0             # when this invocation's first step began
     lost_counted: int = 0                 # Ray episodes lost, as far as reported
+    root: Path | None = None              # rank 0's folder (the run's), on every rank
+
+    @property
+    def sharded(self) -> bool:
+        """The learner on FSDP2: checkpoints through ``sharded_checkpoint``."""
+        return any(learner.sharded for learner in self.learners.values())
 
     @property
     def metrics_path(self) -> Path:
@@ -129,7 +135,7 @@ class TrainingRun:
     def open(cls, config: TrainConfig, log=print, before: dict | None = None) -> TrainingRun:
         check_data(config)
         resolve_model(config.model)  # a bad --model fails in seconds, before the run folder
-        rank, world = 0, 1
+        rank, world, root = 0, 1, Path(config.out)
         if config.data_parallel:
             from srpo_agents.learning.learner import init_data_parallel
 
@@ -192,17 +198,24 @@ class TrainingRun:
                       **{f"learner_rng:{name}": lrn.rng for name, lrn in learners.items()}}
         run = cls(config, log, run_dir, started, rank, world, warm, algorithm, estimator,
                   train_envs, test, validation, engine, rollout, policies, learners,
-                  generators, task_rng, before)
+                  generators, task_rng, before, root=root)
         run._resume_or_start()
         return run
 
     def _resume_or_start(self) -> None:
         config, log = self.config, self.log
-        if config.resume and has_checkpoint(self.run_dir):
+        payload = None
+        if config.resume and self.sharded:  # every rank takes part, checkpoint or not
+            from srpo_agents.running.sharded_checkpoint import load_run_state
+
+            payload = load_run_state(self.root, self.run_dir, self.policies[SHARED],
+                                     self.learners[SHARED].optimizer, self.generators, log)
+        elif config.resume and has_checkpoint(self.run_dir):
             payload = load_checkpoint(self.run_dir, policies=self.policies,
                                       optimizers={n: lrn.optimizer
                                                   for n, lrn in self.learners.items()},
                                       generators=self.generators, log=log)
+        if payload is not None:
             self.start_step = payload["step"]
             self.before = payload["extra"].get("before") or self.before
             self._restore_async(payload["extra"].get("async"))
@@ -403,6 +416,14 @@ class TrainingRun:
         extra = {"before": self.before}
         if self.config.max_staleness:
             extra["async"] = self._drain()
+        if self.sharded:
+            from srpo_agents.running.sharded_checkpoint import save_run_state
+
+            save_run_state(self.root, self.run_dir, self.policies[SHARED],
+                           self.learners[SHARED].optimizer, step=step + 1,
+                           config=self.config.to_dict(), generators=self.generators,
+                           extra=extra)
+            return
         save_checkpoint(self.run_dir, policies=self.policies,
                         optimizers={n: lrn.optimizer for n, lrn in self.learners.items()},
                         step=step + 1, config=self.config.to_dict(),
