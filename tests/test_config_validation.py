@@ -143,3 +143,19 @@ def test_fsdp_names_its_strategies_and_needs_ranks():
         TrainConfig(fsdp="full_shard", data_parallel=True, backend="vllm")
     with pytest.raises(ValueError, match="fsdp='full_shard' with dynamic_sampling"):
         TrainConfig(fsdp="full_shard", data_parallel=True, dynamic_sampling=True)
+
+
+def test_the_fsdp_recipe_in_the_docs_is_a_valid_run():
+    """docs/scale-out.md's 8-GPU command parses into the run it says (not run: no GPU)."""
+    import shlex
+    from pathlib import Path
+
+    from srpo_agents.cli import build_parser, config_from_args
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "scale-out.md").read_text()
+    block = text[text.index("torchrun --nproc_per_node 8"):]
+    argv = shlex.split(block[:block.index("```")].replace("\\\n", " "))
+    assert argv[:4] == ["torchrun", "--nproc_per_node", "8", "-m"]
+    config = config_from_args(build_parser().parse_args(argv[5:]))
+    assert config.data_parallel and config.fsdp == "full_shard"
+    assert config.model == "Qwen/Qwen2.5-7B-Instruct" and config.gradient_checkpointing
