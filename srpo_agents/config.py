@@ -265,6 +265,19 @@ class RolloutConfig:
     ray_address: str = ""
     """Join this Ray cluster (host:port of `ray start --head`) instead of starting a local
     Ray instance; only with --rollout-workers."""
+    rollout_worker_gpus: float = 0.0
+    """GPUs each Ray rollout worker takes (a share such as 0.5, or whole ones); its model
+    and generation then run on that GPU. 0: the workers run on the CPU."""
+    rollout_device: str = ""
+    """Asynchronous runs (--max-staleness) without Ray workers: the device the rollout
+    process generates on ("cuda:1": a GPU of its own; "cpu"); empty: the CPU, as
+    before. Its copy of the policy goes there in --dtype's precision."""
+    weight_sync: str = "collective"
+    """How updated weights reach the Ray rollout workers: "collective" (a broadcast over
+    a group of the learner and the workers: gloo, or NCCL where all hold a GPU;
+    srpo_agents.rollout.weight_sync) or "object_store" (the state dict through Ray's
+    object store). Asynchronous runs (--max-staleness) use the object store, which does
+    not wait for busy workers."""
     role_sampling: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per-role sampling, a JSON object by role, e.g. '{"verifier": {"temperature": 0.7,
     "top_p": 0.9, "max_new_tokens": 16, "stop": ["</answer>"]}}'; a role's unset keys
@@ -289,11 +302,22 @@ class RolloutConfig:
             raise ValueError(f"vllm_gpu_memory={share!r}: expected a share of the GPU's "
                              f"memory in (0, 1)")
         _int(self, "rollout_workers", 0)
+        gpus = self.rollout_worker_gpus
+        if not (isinstance(gpus, int | float) and not isinstance(gpus, bool) and gpus >= 0):
+            raise ValueError(f"rollout_worker_gpus={gpus!r}: expected a number of GPUs >= 0")
+        if self.rollout_device and not (self.rollout_device == "cpu"
+                                        or self.rollout_device.startswith("cuda")):
+            raise ValueError(f"rollout_device={self.rollout_device!r}: expected 'cpu', "
+                             f"'cuda' or 'cuda:N'")
+        if self.weight_sync not in WEIGHT_SYNCS:
+            raise ValueError(f"weight_sync={self.weight_sync!r}: expected one of "
+                             f"{WEIGHT_SYNCS}")
         if self.ray_address and not self.rollout_workers:
             raise ValueError(f"ray_address={self.ray_address!r} needs rollout_workers >= 1")
 
 
 FSDP_STRATEGIES = ("", "full_shard", "no_shard")
+WEIGHT_SYNCS = ("collective", "object_store")
 
 
 @dataclass

@@ -181,6 +181,12 @@ def test_bad_async_settings_are_named(changes, message):
         LearnerConfig(**changes)
 
 
+def test_a_rollout_device_is_cpu_or_cuda():
+    with pytest.raises(ValueError, match="rollout_device='tpu': expected 'cpu', 'cuda'"):
+        TrainConfig(rollout_device="tpu")
+    assert TrainConfig(rollout_device="cuda:1", max_staleness=1).rollout_device == "cuda:1"
+
+
 def test_async_needs_one_learner_process():
     with pytest.raises(ValueError, match="max_staleness=1 with data_parallel"):
         TrainConfig(max_staleness=1, data_parallel=True)
@@ -200,14 +206,18 @@ def _train(out: Path, *extra: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("roles", ["shared", "per-role-policies", "per-role-adapters"])
+@pytest.mark.parametrize("roles", ["shared", "per-role-policies", "per-role-adapters",
+                                   "rollout-device"])
 def test_a_run_with_the_rollouts_in_their_own_process(tmp_path_factory, roles):
     if roles == "per-role-adapters":
         pytest.importorskip("peft")
     root = tmp_path_factory.getbasetemp() / "async-runs"
     root.mkdir(exist_ok=True)
     extra = {"shared": [], "per-role-policies": ["--per-role-policies"],
-             "per-role-adapters": ["--per-role-adapters", "lora"]}[roles]
+             "per-role-adapters": ["--per-role-adapters", "lora"],
+             # the process places its copy on a device of its own (a GPU there; here the
+             # CPU, through the same code)
+             "rollout-device": ["--rollout-device", "cpu"]}[roles]
     done = _train(root / roles, "--max-staleness", "1", *extra, cwd=root)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (root / roles / "metrics.jsonl").read_text()

@@ -105,7 +105,9 @@ def test_a_config_json_from_before_the_sections_still_loads():
            "role_sampling": {}, "eval_temperature": None, "pi_old": "auto",
            "vllm_gpu_memory": 0.3, "max_batch": 256, "hf_compile": False,
            "vllm_sleep_level": 1, "gradient_checkpointing": False,
-           "skip_zero_advantage": False, "fsdp": ""}
+           "skip_zero_advantage": False, "fsdp": "", "rollout_worker_gpus": 0.0,
+           "rollout_device": "",
+           "weight_sync": "collective"}
     assert {k: loaded[k] for k in set(loaded) - set(recorded)} == new
     # each field is declared in exactly one section
     names = [f.name for section in SECTIONS for f in dataclasses.fields(section)]

@@ -44,7 +44,9 @@ def _rows(run):
             for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_one_worker_reproduces_the_in_process_run(local_ray, tmp_path):
+@pytest.mark.parametrize("weight_sync", ["collective", "object_store"])
+def test_one_worker_reproduces_the_in_process_run(local_ray, tmp_path, weight_sync):
+    """By either weight path the worker's float32 copy is the learner's, bit for bit."""
     import torch
 
     from srpo_agents.running.train import evaluate_start
@@ -61,7 +63,8 @@ def test_one_worker_reproduces_the_in_process_run(local_ray, tmp_path):
         # pi_old from the sampler, as in process: a worker's copy on this CPU in float32
         # computes what the learner does ("auto" assumes another device may not)
         train(TrainConfig(**tiny_run(BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "b"),
-                          rollout_workers=1, pi_old="sampler")), log=lambda *_: None,
+                          rollout_workers=1, pi_old="sampler", weight_sync=weight_sync)),
+              log=lambda *_: None,
               before=before)
     finally:
         torch.set_num_threads(threads)

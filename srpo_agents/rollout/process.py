@@ -165,6 +165,11 @@ def _serve(conn, config: dict, policy, role_policies: dict[str, Any], pool_size:
     faults.scope = "rollout:"
     try:
         config = TrainConfig(**config)
+        if config.rollout_device:  # a device of its own (a second GPU), else the CPU
+            from srpo_agents.models.policy import place
+
+            for copy_ in (policy, *role_policies.values()):
+                place(copy_, config.rollout_device, config.dtype)
         engine = engine_for(config, policy, role_policies)
         for name, generator in engine.sampler_generators().items():
             if samplers and name in samplers:

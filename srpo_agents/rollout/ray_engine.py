@@ -3,8 +3,12 @@
 Each worker is a Ray actor that owns its env instances and a generation backend (the
 run's ``RolloutEngine``). Every training step the learner sends each worker whole tasks
 (all G episodes of a task go to one worker, so an advantage group is never split). When
-the weights changed since a worker last saw them, they go to it once per update through
-the object store (``ray.put`` of the state dict). Workers return the episodes' Transitions
+the weights changed, they go to the workers once per update by a broadcast over a
+process group of the learner and the workers (``srpo_agents.rollout.weight_sync``:
+gloo, or NCCL where all hold a GPU; ``--weight-sync collective``), or through the
+object store (``ray.put`` of the state dict; ``--weight-sync object_store``, and always
+in asynchronous runs, whose workers may be busy with earlier batches). A worker takes
+``--rollout-worker-gpus`` GPUs and then generates on one. Workers return the episodes' Transitions
 with their token rows (``srpo_agents.rollout.files`` rows), and the learner forms events
 from them as from in-process rollouts, so batching stays event-atomic.
 
@@ -50,7 +54,12 @@ class _Worker:
         torch.set_num_threads(1)
         faults.scope = f"worker{index}:"
         self.config = TrainConfig(**config)
+        if self.config.rollout_worker_gpus and torch.cuda.is_available():
+            from srpo_agents.models.policy import place
+
+            policy = place(policy, "cuda", self.config.dtype)  # the GPU Ray gave it
         self.policy = policy
+        self.weights = None  # this worker's member of the weight group, once joined
         self.engine = engine_for(self.config, policy, seed_offset=index)
         make = env_factory(self.config, "train", policy.count_tokens)
         self.envs = [make(self.config.sampling_seed * 1_000_003 + index * 100_003 + i)
@@ -69,6 +78,27 @@ class _Worker:
         rollouts = self.engine.run(self.envs[:len(options)], options)
         rows = [row for rollout in rollouts for row in rollout_rows(rollout)]
         return rows, {k: self.engine.seconds[k] - spent[k] for k in spent}
+
+    def join_weights(self, host: str, port: int, rank: int, world: int, generation: int,
+                     device: str, dtype: str) -> None:
+        """Join generation ``generation`` of the learner's weight group."""
+        import torch
+
+        from srpo_agents.rollout.weight_sync import WeightGroup
+
+        store = self.weights.store if self.weights is not None else None
+        self.weights = WeightGroup(host, port, rank, world, generation, device, store=store)
+        self.wire_dtype = getattr(torch, dtype)
+
+    def receive_weights(self) -> None:
+        self.weights.receive(self.policy.model, self.wire_dtype)
+
+    def load_weights(self, weights) -> None:
+        self.policy.model.load_state_dict(weights)
+
+    def weights_digest(self) -> list[float]:
+        """Each tensor's sum in float64, in state-dict order (to compare copies)."""
+        return [float(t.double().sum()) for t in self.policy.model.state_dict().values()]
 
     def node_id(self) -> str:
         import ray
@@ -100,6 +130,8 @@ class RayRolloutEngine:
         self.worker_restarts = 0
         self.step_timeout = step_timeout
         options = {"num_cpus": worker_cpus, "max_restarts": 0}
+        if config.rollout_worker_gpus:
+            options["num_gpus"] = config.rollout_worker_gpus
         if spread:
             options["scheduling_strategy"] = "SPREAD"
         self._actor = ray.remote(**options)(_Worker)
@@ -109,9 +141,76 @@ class RayRolloutEngine:
         self.workers = [self._spawn(i) for i in range(workers)]
         self._seen = [0] * workers  # the weights version each worker holds
         self._weights: tuple[int, Any] | None = None
+        # a broadcast needs every worker free, so asynchronous runs keep the object store
+        self.collective = config.weight_sync == "collective" and not config.max_staleness
+        self.sync_seconds, self.sync_bytes = 0.0, 0
+        self._group = None
+        if self.collective:
+            self._connect()
 
     def _spawn(self, index: int):
         return self._actor.remote(index, self._config, self._policy_ref, self._pool)
+
+    def _wire(self) -> tuple[str, str]:
+        """(device, dtype) of the weight group: NCCL on the learner's GPU when every
+        worker holds one, else gloo on the CPU; the dtype the workers compute in (bf16
+        from float32 masters on GPUs)."""
+        model = self.policy.model
+        first = next(model.parameters())
+        gpus = first.device.type == "cuda" and self.config.rollout_worker_gpus > 0
+        dtype = self.policy.compute_dtype if gpus and self.policy.compute_dtype else first.dtype
+        return (str(first.device) if gpus else "cpu"), str(dtype).removeprefix("torch.")
+
+    def _connect(self) -> None:
+        """A new generation of the weight group: every worker joins, then the learner."""
+        from srpo_agents.rollout.weight_sync import WeightGroup, free_port
+
+        if self._group is None:
+            self._host = self._ray.util.get_node_ip_address()
+            self._port, self._generation, store = free_port(), 0, None
+        else:
+            self._generation, store = self._generation + 1, self._group.store
+        device, dtype = self._wire()
+        world = len(self.workers) + 1
+        joined = [w.join_weights.remote(self._host, self._port, i + 1, world,
+                                        self._generation, device, dtype)
+                  for i, w in enumerate(self.workers)]
+        self._group = WeightGroup(self._host, self._port, 0, world, self._generation, device,
+                                  timeout_s=self.step_timeout, store=store)
+        self._ray.get(joined, timeout=self.step_timeout)
+
+    def push_weights(self) -> None:
+        """The learner's weights to every worker now (the collective path): each worker
+        waits for them in ``receive_weights`` while this process broadcasts. A worker
+        that died meanwhile fails the broadcast (at ``step_timeout`` at the latest): the
+        dead ones are replaced, every worker joins a new group, and it is sent again."""
+        try:
+            self._push()
+        except (RuntimeError, self._ray.exceptions.RayError):
+            dead = [i for i, w in enumerate(self.workers) if not self._answers(w)]
+            for i in dead:
+                self._replace(i)  # which joins everyone to a new group
+            if not dead:
+                self._connect()
+            self._push()
+
+    def _answers(self, worker) -> bool:
+        try:
+            self._ray.get(worker.node_id.remote(), timeout=30)
+            return True
+        except self._ray.exceptions.RayError:
+            return False
+
+    def _push(self) -> None:
+        import torch
+
+        tick = time.monotonic()
+        received = [w.receive_weights.remote() for w in self.workers]
+        self.sync_bytes += self._group.send(self.policy.model,
+                                            getattr(torch, self._wire()[1]))
+        self._ray.get(received, timeout=self.step_timeout)
+        self._seen = [self.policy_version] * len(self.workers)
+        self.sync_seconds += time.monotonic() - tick
 
     def _weights_ref(self):
         if self._weights is None or self._weights[0] != self.policy_version:
@@ -137,7 +236,10 @@ class RayRolloutEngine:
         shares: list[list[dict]] = [[] for _ in self.workers]
         for i, group in enumerate(tasks.values()):
             shares[i % len(self.workers)].extend(group)
-        weights = self._weights_ref() if self.policy_version else None
+        stale = any(seen != self.policy_version for seen in self._seen)
+        if self.collective and stale:
+            self.push_weights()
+        weights = self._weights_ref() if self.policy_version and not self.collective else None
         futures = {}
         for i, share in enumerate(shares):
             if share:
@@ -177,6 +279,8 @@ class RayRolloutEngine:
         self.workers[index] = self._spawn(index)
         self._seen[index] = 0  # the new worker holds the starting weights (version 0)
         self.worker_restarts += 1
+        if self.collective:  # the group lost a member: all join a new one
+            self._connect()
 
     def node_ids(self) -> list[str]:
         return self._ray.get([w.node_id.remote() for w in self.workers])
