@@ -58,9 +58,32 @@ def prepare(out: Path, tasks: int, group: int, seed: int = 0) -> None:
     print(f"prepared {len(rollouts)} episodes, {len(units)} events in {out}")
 
 
+def _rss_gib() -> float:
+    """This process's resident memory now, GiB (Linux)."""
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+
+def _peak_rss_gib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def _state_gib(model, optimizer) -> float:
+    """This rank's own bytes of weights and AdamW state (its shards under FSDP), GiB."""
+    from srpo_agents.learning.sharding import local
+
+    tensors = [local(p.detach()) for p in model.parameters()]
+    tensors += [local(v) for state in optimizer.state.values() for v in state.values()
+                if torch.is_tensor(v) and v.dim() > 0]
+    return sum(t.numel() * t.element_size() for t in tensors) / 2**30
+
+
 def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
            fsdp: str = "", first_units: int = 0, updates: int = 1,
-           load: Path | None = None, save: Path | None = None) -> None:
+           load: Path | None = None, save: Path | None = None,
+           model: str = "") -> None:
     from safetensors.torch import save_file
 
     from srpo_agents.learning.events import build_units
@@ -73,7 +96,9 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = init_data_parallel()[0] if world > 1 else 0
     torch.manual_seed(0)
-    policy = load_policy(str(data / "policy"))
+    # another model on the same token rows (e.g. SmolLM2: the tiny vocabulary's ids are
+    # valid ids of any larger one), for its time and memory
+    policy = load_policy(model or str(data / "policy"))
     algorithm = ALGORITHMS["srpo"]
     units, _ = build_units(read_rollouts(data / "rollouts.jsonl"), algorithm.unit)
     advantages = np.load(data / "advantages.npy")
@@ -98,11 +123,20 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
         from srpo_agents.running.sharded_checkpoint import load_sharded
 
         load_sharded(load, policy.model, learner.optimizer)
+    rss_before = _rss_gib()
     start = time.perf_counter()
     metrics = {"updates": 0}
     for _ in range(updates):
         metrics = learner.update(units, advantages)
     seconds = time.perf_counter() - start
+    memory = {"rss_before_gib": rss_before, "peak_rss_gib": _peak_rss_gib(),
+              "state_gib": _state_gib(policy.model, learner.optimizer)}
+    ranks = [memory]
+    if world > 1:
+        import torch.distributed as dist
+
+        ranks = [None] * world
+        dist.all_gather_object(ranks, memory)
     if save:
         from srpo_agents.running.sharded_checkpoint import save_sharded
 
@@ -118,7 +152,9 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
                   str(out / "result.safetensors"))
         (out / "result.json").write_text(json.dumps(
             {"world": world, "seconds": seconds, "units": len(units),
-             "updates": metrics["updates"], "threads": torch.get_num_threads()}))
+             "updates": metrics["updates"], "threads": torch.get_num_threads(),
+             "fsdp": fsdp if world > 1 else "", "model": model or "tiny",
+             "ranks": ranks}))
     if world > 1:
         import torch.distributed as dist
 
@@ -169,6 +205,8 @@ def main() -> None:
     u.add_argument("--updates", type=int, default=1, help="updates on the batch (0: none)")
     u.add_argument("--load", default=None, help="a sharded checkpoint to start from")
     u.add_argument("--save", default=None, help="save a sharded checkpoint at the end")
+    u.add_argument("--model", default="", help="another model on the same token rows "
+                   "(a name or folder; default: the prepared tiny policy)")
     c = commands.add_parser("compare", help="differences and time ratio of two updates")
     c.add_argument("one")
     c.add_argument("two")
@@ -178,7 +216,8 @@ def main() -> None:
     elif args.command == "update":
         update(Path(args.data), Path(args.out), args.minibatch_units, args.microbatch_rows,
                args.fsdp, args.first_units, args.updates,
-               Path(args.load) if args.load else None, Path(args.save) if args.save else None)
+               Path(args.load) if args.load else None, Path(args.save) if args.save else None,
+               args.model)
     else:
         compare(Path(args.one), Path(args.two))
 

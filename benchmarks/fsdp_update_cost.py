@@ -1,0 +1,115 @@
+"""One learner update of SmolLM2-135M-Instruct on the same rows: one process, 2 gloo ranks
+under the hand-written all-reduce, and 2 ranks on FSDP2 (full_shard, no_shard): update
+seconds, each rank's own weights and AdamW bytes, and each rank's resident memory.
+
+    python benchmarks/fsdp_update_cost.py [--model smollm2-135m-instruct] [--repeats 2]
+
+Every variant runs ``benchmarks/ddp_update.py update`` with one thread a process (a rank
+gets one of the 2 cores, as one process on one of them), the variants interleaved and
+repeated, so that whatever else runs on the machine weighs on each alike. The rows are
+``ddp_update.py prepare``'s Countdown episodes of the tiny policy: their token ids are
+valid SmolLM2 ids, and pi_old is scored by the model itself, so the update is a real
+SmolLM2 update on meaningless text, which is all a time and memory figure needs.
+Writes ``benchmarks/results/fsdp_update_cost.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "ddp_update.py"
+RESULTS = ROOT / "benchmarks" / "results"
+VARIANTS = {"1 process": (1, ""), "2 ranks, all-reduce": (2, ""),
+            "2 ranks, FSDP2 full_shard": (2, "full_shard"),
+            "2 ranks, FSDP2 no_shard": (2, "no_shard")}
+
+
+def _port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+def _run(args: list[str], nproc: int) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    launch = ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+               "--master_addr", "127.0.0.1", "--master_port", _port()] if nproc > 1 else
+              [sys.executable])
+    subprocess.run([*launch, str(SCRIPT), *args], check=True, env=env, cwd=ROOT)
+
+
+def measure(out: Path, model: str, repeats: int, microbatch_rows: int) -> dict:
+    data = out / "data"
+    if not (data / "advantages.npy").is_file():
+        _run(["prepare", "--out", str(data), "--tasks", "8", "--group", "4"], 1)
+    runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
+    for repeat in range(repeats):
+        for name, (nproc, fsdp) in VARIANTS.items():
+            folder = out / f"{name.replace(' ', '_').replace(',', '')}-{repeat}"
+            _run(["update", "--data", str(data), "--out", str(folder), "--model", model,
+                  "--microbatch-rows", str(microbatch_rows), "--fsdp", fsdp], nproc)
+            runs[name].append(json.loads((folder / "result.json").read_text()))
+    first = {name: out / f"{name.replace(' ', '_').replace(',', '')}-0" for name in VARIANTS}
+    differences = {name: _max_weight_difference(first["1 process"], folder)
+                   for name, folder in first.items() if name != "1 process"}
+    return {"model": model, "microbatch_rows": microbatch_rows, "repeats": repeats,
+            "units": runs["1 process"][0]["units"], "runs": runs,
+            "max_weight_difference_to_1_process": differences}
+
+
+def _max_weight_difference(one: Path, two: Path) -> float:
+    from safetensors.torch import load_file
+
+    a, b = (load_file(str(d / "result.safetensors")) for d in (one, two))
+    return max(float((a[k] - b[k]).abs().max()) for k in a if k.startswith("weight/"))
+
+
+def write(result: dict) -> None:
+    (RESULTS / "fsdp_update_cost.json").write_text(json.dumps(result, indent=1) + "\n")
+    runs = result["runs"]
+    reference = sum(r["seconds"] for r in runs["1 process"]) / len(runs["1 process"])
+    lines = ["# One update, one process against 2 ranks: all-reduce and FSDP2", "",
+             f"`python benchmarks/fsdp_update_cost.py --model {result['model']}`: "
+             f"{result['units']} SRPO units of Countdown rows, micro-batches of "
+             f"{result['microbatch_rows']} rows, one AdamW step; one thread a process, "
+             f"the variants interleaved, {result['repeats']} repeats. Measured on 2 "
+             "CPU cores while a SmolLM2 training run shared them: the seconds are "
+             "inflated alike, so read the ratio; the bytes are exact.", "",
+             "| variant | update seconds | against 1 process | weights + AdamW a rank "
+             "(GiB) | peak resident a rank (GiB) | largest weight difference to 1 process |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, rows in runs.items():
+        seconds = [r["seconds"] for r in rows]
+        mean = sum(seconds) / len(seconds)
+        state = max(rank["state_gib"] for r in rows for rank in r["ranks"])
+        peak = max(rank["peak_rss_gib"] for r in rows for rank in r["ranks"])
+        diff = result["max_weight_difference_to_1_process"].get(name)
+        lines.append(f"| {name} | {', '.join(f'{s:.1f}' for s in seconds)} | "
+                     f"{mean / reference:.2f} | {state:.2f} | {peak:.2f} | "
+                     f"{'-' if diff is None else f'{diff:.1e}'} |")
+    lines += ["", "Weights + AdamW: the rank's own tensors after the step (its shards "
+              "under full_shard). Peak resident: the process's largest resident set, "
+              "which includes loading the whole model before sharding it."]
+    (RESULTS / "fsdp_update_cost.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--microbatch-rows", type=int, default=4)
+    parser.add_argument("--out", default="runs/fsdp-cost")
+    args = parser.parse_args()
+    write(measure(Path(args.out), args.model, args.repeats, args.microbatch_rows))
+
+
+if __name__ == "__main__":
+    main()
