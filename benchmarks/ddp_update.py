@@ -107,6 +107,9 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
     learner = Learner(policy, algorithm,
                       LearnerConfig(lr=1e-3, minibatch_units=minibatch_units,
                                     microbatch_rows=microbatch_rows, max_grad_norm=1e9,
+                                    # another model scores pi_old itself: the rows'
+                                    # sampler log-probs are the tiny policy's
+                                    pi_old="learner" if model else "sampler",
                                     data_parallel=world > 1,
                                     fsdp=fsdp if world > 1 else ""), seed=0)
     grads: dict[str, torch.Tensor] = {}

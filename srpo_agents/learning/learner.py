@@ -177,11 +177,12 @@ class Learner:
         source = [distinct.setdefault(key, len(distinct)) for key in keys]
         roles = [s.role for s in samples] if adapters else None
         with self.policy.autocast():  # mixed precision: float32 weights, 16-bit matmuls
-            # a checkpointed model keeps no KV cache in train mode: each row its prompt
-            # one pass per micro-batch when sharded: every rank then runs the same
-            # collectives whatever its rows' prompts
-            if (len(distinct) == len(samples) or self.config.gradient_checkpointing
-                    or self.sharded):
+            # a checkpointed model keeps no KV cache in train mode: each row its prompt.
+            # Under FSDP every forward is a collective: every micro-batch then runs the
+            # same two passes (the distinct prompts, then the responses) on every rank,
+            # whatever its rows' prompts.
+            if self.config.gradient_checkpointing or (len(distinct) == len(samples)
+                                                       and not self.sharded):
                 logits = self._full_logits(model, samples, roles)
             else:
                 prompt_roles = [key[1] for key in distinct] if adapters else None
@@ -259,6 +260,13 @@ class Learner:
         start = torch.tensor([len(prompts[i]) for i in source], device=self.device)
         response_positions = start.unsqueeze(1) + torch.arange(response_ids.shape[1],
                                                                device=self.device)
+        if response_ids.shape[1] == 1 and self.sharded:
+            # the second pass still runs (its collectives must match the other ranks'),
+            # on the one token, and joins the graph at weight 0
+            extra = model(input_ids=response_ids, attention_mask=attention,
+                          position_ids=response_positions, use_cache=True,
+                          **{cache_kwarg(model): cache}, **self._rows(roles)).logits
+            return first.unsqueeze(1) + 0.0 * extra
         rest = model(input_ids=response_ids[:, :-1], attention_mask=attention[:, :-1],
                      position_ids=response_positions[:, :-1], use_cache=True,
                      **{cache_kwarg(model): cache}, **self._rows(roles)
