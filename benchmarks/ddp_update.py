@@ -107,11 +107,15 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
     learner = Learner(policy, algorithm,
                       LearnerConfig(lr=1e-3, minibatch_units=minibatch_units,
                                     microbatch_rows=microbatch_rows, max_grad_norm=1e9,
-                                    # another model scores pi_old itself: the rows'
-                                    # sampler log-probs are the tiny policy's
-                                    pi_old="learner" if model else "sampler",
+                                    pi_old="sampler",
                                     data_parallel=world > 1,
                                     fsdp=fsdp if world > 1 else ""), seed=0)
+    if model:  # on-policy for this model: its own log-probs as the sampler's (the
+        # rows' are the tiny policy's, whose ratio to any other model is ~0)
+        samples = [m for unit in units for m in unit.members]
+        for sample, logprobs in zip(samples, learner._rows_without_grad(samples),
+                                    strict=True):
+            sample.logprobs = logprobs
     grads: dict[str, torch.Tensor] = {}
     step = learner.optimizer.step
 
