@@ -77,7 +77,8 @@ def main() -> None:
              f"{args.repeats}`: {args.model} ({nbytes / 2**20:.0f} MiB of float32 "
              f"weights), {args.workers} worker(s) on this machine's 2 CPU cores, gloo; "
              "each delivery timed until every worker holds the new weights, the two paths "
-             "interleaved; every worker's weights then equal the learner's.", "",
+             "interleaved; every worker's weights then equal the learner's. Measured "
+             "while a SmolLM2 training run shared the cores: read the ratio.", "",
              "| path | seconds a delivery | median |", "|---|---:|---:|"]
     for path, values in times.items():
         lines.append(f"| {path} | {', '.join(f'{v:.2f}' for v in values)} | "

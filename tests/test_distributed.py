@@ -249,3 +249,31 @@ def test_a_killed_fsdp_run_resumes_to_the_uninterrupted_one(fsdp_runs, point):
     assert _rows(run) == _rows(fsdp_runs / "fsdp")
     one, two = _policy(run), _policy(fsdp_runs / "fsdp")
     assert all(torch.equal(one[k], two[k]) for k in one)
+
+
+def test_a_forward_without_backward_leaves_no_gathered_weight_for_the_update(tmp_path):
+    """FSDP2 keeps the root's layers gathered after a forward that no backward follows;
+    ``reshard_all`` (which the learner calls before reading its parameters) puts every
+    layer back to its shards, so no reference points at storage FSDP frees later."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from srpo_agents.learning.sharding import reshard_all, shard
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = shard(Qwen2ForCausalLM(Qwen2Config(
+            vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+            num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)),
+            "full_shard")
+        with torch.no_grad():
+            model(torch.tensor([[1, 2, 3]]))
+        gathered = [n for n, p in model.named_parameters() if not isinstance(p, DTensor)]
+        assert gathered  # the root's (embedding, final norm) after a forward alone
+        reshard_all(model)
+        assert all(isinstance(p, DTensor) for p in model.parameters())
+    finally:
+        dist.destroy_process_group()

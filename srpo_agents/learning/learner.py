@@ -65,7 +65,14 @@ from srpo_agents.learning.objective import (
     LossInputs,
     reference_kl,
 )
-from srpo_agents.learning.sharding import full, full_weights, init_distributed, local, shard
+from srpo_agents.learning.sharding import (
+    full,
+    full_weights,
+    init_distributed,
+    local,
+    reshard_all,
+    shard,
+)
 from srpo_agents.models.policy import Policy
 from srpo_agents.rollout.engine import Sample
 from srpo_agents.rollout.generation import cache_kwarg
@@ -178,11 +185,12 @@ class Learner:
         roles = [s.role for s in samples] if adapters else None
         with self.policy.autocast():  # mixed precision: float32 weights, 16-bit matmuls
             # a checkpointed model keeps no KV cache in train mode: each row its prompt.
-            # Under FSDP every forward is a collective: every micro-batch then runs the
-            # same two passes (the distinct prompts, then the responses) on every rank,
-            # whatever its rows' prompts.
-            if self.config.gradient_checkpointing or (len(distinct) == len(samples)
-                                                       and not self.sharded):
+            # Under FSDP one pass a micro-batch, each row its prompt: every rank then
+            # runs the same collectives, and no backward reaches a layer through the
+            # KV cache of a pass whose gathered weights FSDP has already freed (the
+            # shared-prompt pair crashed a 2-rank SmolLM2 update with SIGSEGV).
+            if (len(distinct) == len(samples) or self.config.gradient_checkpointing
+                    or self.sharded):
                 logits = self._full_logits(model, samples, roles)
             else:
                 prompt_roles = [key[1] for key in distinct] if adapters else None
@@ -260,13 +268,6 @@ class Learner:
         start = torch.tensor([len(prompts[i]) for i in source], device=self.device)
         response_positions = start.unsqueeze(1) + torch.arange(response_ids.shape[1],
                                                                device=self.device)
-        if response_ids.shape[1] == 1 and self.sharded:
-            # the second pass still runs (its collectives must match the other ranks'),
-            # on the one token, and joins the graph at weight 0
-            extra = model(input_ids=response_ids, attention_mask=attention,
-                          position_ids=response_positions, use_cache=True,
-                          **{cache_kwarg(model): cache}, **self._rows(roles)).logits
-            return first.unsqueeze(1) + 0.0 * extra
         rest = model(input_ids=response_ids[:, :-1], attention_mask=attention[:, :-1],
                      position_ids=response_positions[:, :-1], use_cache=True,
                      **{cache_kwarg(model): cache}, **self._rows(roles)
@@ -462,6 +463,8 @@ class Learner:
                         for micro in micros:
                             self._reference_logprobs(micro.samples)
         grad_norms = []
+        if self.sharded:  # the sharded parameters, not gathered ones FSDP frees later
+            reshard_all(model)
         trainable = [p for p in model.parameters() if p.requires_grad]
         start = [local(p.detach()).clone() for p in trainable]  # for update_to_weight
         # Each figure summed with its share of its mini-batch (at its own level, over

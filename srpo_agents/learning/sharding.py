@@ -118,6 +118,16 @@ def full_weights(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
             module.set_reshard_after_forward(True)
 
 
+def reshard_all(model: torch.nn.Module) -> None:
+    """Every layer of a sharded ``model`` back to its shards. A forward without a
+    backward leaves the root's layers gathered (FSDP2 keeps them for the backward it
+    expects), so a reference to them taken then points at storage that FSDP frees
+    later: a 2-rank SmolLM2 update that had scored its rows without a gradient first
+    read such a reference after the step and crashed (SIGSEGV)."""
+    for module in _fsdp_modules(model):
+        module.reshard()
+
+
 def local(tensor: torch.Tensor) -> torch.Tensor:
     """This rank's piece of a sharded parameter or gradient (the tensor itself if plain)."""
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
