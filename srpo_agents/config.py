@@ -269,15 +269,15 @@ class RolloutConfig:
     """GPUs each Ray rollout worker takes (a share such as 0.5, or whole ones); its model
     and generation then run on that GPU. 0: the workers run on the CPU."""
     rollout_device: str = ""
-    """Asynchronous runs (--max-staleness) without Ray workers: the device the rollout
+    """Asynchronous runs (max_staleness >= 1) without Ray workers: the device the rollout
     process generates on ("cuda:1": a GPU of its own; "cpu"); empty: the CPU, as
     before. Its copy of the policy goes there in --dtype's precision."""
     weight_sync: str = "collective"
     """How updated weights reach the Ray rollout workers: "collective" (a broadcast over
     a group of the learner and the workers: gloo, or NCCL where all hold a GPU;
     srpo_agents.rollout.weight_sync) or "object_store" (the state dict through Ray's
-    object store). Asynchronous runs (--max-staleness) use the object store, which does
-    not wait for busy workers."""
+    object store). Asynchronous runs (max_staleness >= 1) use the object store, which
+    does not wait for busy workers."""
     role_sampling: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per-role sampling, a JSON object by role, e.g. '{"verifier": {"temperature": 0.7,
     "top_p": 0.9, "max_new_tokens": 16, "stop": ["</answer>"]}}'; a role's unset keys
