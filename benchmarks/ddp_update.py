@@ -72,7 +72,7 @@ def _peak_rss_gib() -> float:
 
 def _state_gib(model, optimizer) -> float:
     """This rank's own bytes of weights and AdamW state (its shards under FSDP), GiB."""
-    from srpo_agents.learning.sharding import local
+    from srpo_agents.models.sharding import local
 
     tensors = [local(p.detach()) for p in model.parameters()]
     tensors += [local(v) for state in optimizer.state.values() for v in state.values()
@@ -89,8 +89,8 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
     from srpo_agents.learning.events import build_units
     from srpo_agents.learning.learner import Learner, LearnerConfig, init_data_parallel
     from srpo_agents.learning.objective import ALGORITHMS
-    from srpo_agents.learning.sharding import full
     from srpo_agents.models.policy import load_policy
+    from srpo_agents.models.sharding import full
     from srpo_agents.rollout.files import read_rollouts
 
     world = int(os.environ.get("WORLD_SIZE", "1"))

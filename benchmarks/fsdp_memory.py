@@ -4,7 +4,7 @@ has run this recipe yet.
 
     python benchmarks/fsdp_memory.py    # writes benchmarks/results/fsdp_memory.md
 
-What lives on one GPU (N parameters, W ranks), as ``srpo_agents/learning/sharding.py``
+What lives on one GPU (N parameters, W ranks), as ``srpo_agents/models/sharding.py``
 keeps it:
 
 - **always**: the float32 master weights and AdamW's two float32 moments, sharded:

@@ -259,7 +259,7 @@ def test_a_forward_without_backward_leaves_no_gathered_weight_for_the_update(tmp
     from torch.distributed.tensor import DTensor
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from srpo_agents.learning.sharding import reshard_all, shard
+    from srpo_agents.models.sharding import reshard_all, shard
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
                             world_size=1)

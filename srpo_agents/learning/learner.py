@@ -65,7 +65,8 @@ from srpo_agents.learning.objective import (
     LossInputs,
     reference_kl,
 )
-from srpo_agents.learning.sharding import (
+from srpo_agents.models.policy import Policy
+from srpo_agents.models.sharding import (
     full,
     full_weights,
     init_distributed,
@@ -73,7 +74,6 @@ from srpo_agents.learning.sharding import (
     reshard_all,
     shard,
 )
-from srpo_agents.models.policy import Policy
 from srpo_agents.rollout.engine import Sample
 from srpo_agents.rollout.generation import cache_kwarg
 

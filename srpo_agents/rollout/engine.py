@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from srpo_agents import faults
-from srpo_agents.learning.sharding import full_weights
 from srpo_agents.models.policy import Policy
+from srpo_agents.models.sharding import full_weights
 from srpo_agents.rollout.generation import BACKENDS, GenerationOutput, Sampling
 from srpo_envs import Transition
 
