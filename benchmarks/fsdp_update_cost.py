@@ -18,10 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from srpo_agents.rollout.weight_sync import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "ddp_update.py"
@@ -31,16 +32,10 @@ VARIANTS = {"1 process": (1, ""), "2 ranks, all-reduce": (2, ""),
             "2 ranks, FSDP2 no_shard": (2, "no_shard")}
 
 
-def _port() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return str(sock.getsockname()[1])
-
-
 def _run(args: list[str], nproc: int) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     launch = ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-               "--master_addr", "127.0.0.1", "--master_port", _port()] if nproc > 1 else
+               "--master_addr", "127.0.0.1", "--master_port", str(free_port())] if nproc > 1 else
               [sys.executable])
     subprocess.run([*launch, str(SCRIPT), *args], check=True, env=env, cwd=ROOT)
 
