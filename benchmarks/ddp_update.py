@@ -8,8 +8,9 @@ the gradients and updated weights, and the update's time.
 
 ``prepare`` builds a tiny policy and samples Countdown episodes with it (written with
 ``srpo_agents.rollout.files``), plus their SRPO advantages. ``update`` runs one
-``Learner.update`` on them (``data_parallel`` when ``WORLD_SIZE`` > 1: each mini-batch is
-sharded by whole events and the gradients are summed over the ranks) and rank 0 writes
+``Learner.update`` on them (``data_parallel`` when ``WORLD_SIZE`` > 1: the learner on
+FSDP2, each mini-batch sharded by whole events, the gradients summed over the ranks; the
+all-reduce this script first measured, ``results/ddp_update.md``, is gone) and rank 0 writes
 the gradients, the updated weights and the seconds the update took. ``compare`` prints
 the largest differences and the time ratio. ``tests/test_distributed.py`` runs the same
 steps on a small batch.
@@ -81,16 +82,16 @@ def _state_gib(model, optimizer) -> float:
 
 
 def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
-           fsdp: str = "", first_units: int = 0, updates: int = 1,
+           fsdp: str = "full_shard", first_units: int = 0, updates: int = 1,
            load: Path | None = None, save: Path | None = None,
-           model: str = "") -> None:
+           model: str = "", lora: bool = False, beta: float = 0.0) -> None:
     from safetensors.torch import save_file
 
     from srpo_agents.learning.events import build_units
     from srpo_agents.learning.learner import Learner, LearnerConfig, init_data_parallel
     from srpo_agents.learning.objective import ALGORITHMS
     from srpo_agents.models.policy import load_policy
-    from srpo_agents.models.sharding import full
+    from srpo_agents.models.sharding import end_rank, full
     from srpo_agents.rollout.files import read_rollouts
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -104,10 +105,15 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
     advantages = np.load(data / "advantages.npy")
     if first_units:  # e.g. an odd number, which the ranks cannot split evenly
         units, advantages = units[:first_units], advantages[:first_units]
+    if lora:  # one LoRA adapter per role, the base frozen (per_role_adapters="lora")
+        from srpo_agents.models.adapters import attach_role_adapters
+
+        roles = sorted({m.role for unit in units for m in unit.members})
+        policy = attach_role_adapters(policy, roles, rank=4, alpha=8.0)
     learner = Learner(policy, algorithm,
                       LearnerConfig(lr=1e-3, minibatch_units=minibatch_units,
                                     microbatch_rows=microbatch_rows, max_grad_norm=1e9,
-                                    pi_old="sampler",
+                                    pi_old="sampler", beta=beta,
                                     data_parallel=world > 1,
                                     fsdp=fsdp if world > 1 else ""), seed=0)
     if model:  # on-policy for this model: its own log-probs as the sampler's (the
@@ -160,13 +166,10 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
         (out / "result.json").write_text(json.dumps(
             {"world": world, "seconds": seconds, "units": len(units),
              "updates": metrics["updates"], "threads": torch.get_num_threads(),
-             "fsdp": fsdp if world > 1 else "", "model": model or "tiny",
+             "fsdp": fsdp if world > 1 else "", "model": model or "tiny", "lora": lora, "beta": beta,
              "ranks": ranks}))
     if world > 1:
-        import torch.distributed as dist
-
-        dist.barrier()  # no rank leaves while another still talks to it
-        dist.destroy_process_group()
+        end_rank()
 
 
 def _named_moments(model, optimizer) -> dict:
@@ -206,14 +209,16 @@ def main() -> None:
     u.add_argument("--out", required=True)
     u.add_argument("--minibatch-units", type=int, default=0)
     u.add_argument("--microbatch-rows", type=int, default=16)
-    u.add_argument("--fsdp", default="", choices=["", "full_shard", "no_shard"],
-                   help="under torchrun: the learner on FSDP2 (default: the all-reduce)")
+    u.add_argument("--fsdp", default="full_shard", choices=["full_shard", "no_shard"],
+                   help="under torchrun: how FSDP2 shards the learner")
     u.add_argument("--first-units", type=int, default=0, help="only the first N units")
     u.add_argument("--updates", type=int, default=1, help="updates on the batch (0: none)")
     u.add_argument("--load", default=None, help="a sharded checkpoint to start from")
     u.add_argument("--save", default=None, help="save a sharded checkpoint at the end")
     u.add_argument("--model", default="", help="another model on the same token rows "
                    "(a name or folder; default: the prepared tiny policy)")
+    u.add_argument("--lora", action="store_true", help="one LoRA adapter per role")
+    u.add_argument("--beta", type=float, default=0.0, help="KL to the starting policy")
     c = commands.add_parser("compare", help="differences and time ratio of two updates")
     c.add_argument("one")
     c.add_argument("two")
@@ -224,7 +229,7 @@ def main() -> None:
         update(Path(args.data), Path(args.out), args.minibatch_units, args.microbatch_rows,
                args.fsdp, args.first_units, args.updates,
                Path(args.load) if args.load else None, Path(args.save) if args.save else None,
-               args.model)
+               args.model, args.lora, args.beta)
     else:
         compare(Path(args.one), Path(args.two))
 

@@ -20,8 +20,9 @@ keeps it:
 
 The peak is the larger phase. Left out: the CUDA context and allocator slack (a few
 GiB), one block's own activations during its recomputation, and a KL reference
-(``--beta`` > 0), which each rank now keeps whole in the masters' dtype (4 N bytes:
-28 GiB at 7B), not yet sharded.
+(``--beta`` > 0): sharded as the policy is, in the masters' dtype (4 N / W bytes a rank,
+3.5 GiB at 7B), and gathered in bf16 once an update to score (2 N, inside the
+generation phase's peak).
 """
 
 from __future__ import annotations

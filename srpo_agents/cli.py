@@ -280,6 +280,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if note:
         print(note)
     print(f"run directory: {summary['config']['out']}")
+    if config.data_parallel:  # every rank's files are written: leave without teardown
+        from srpo_agents.models.sharding import end_rank
+
+        end_rank()
     return 0
 
 

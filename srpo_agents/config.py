@@ -362,15 +362,15 @@ class LearnerConfig:
     temperature: float = 1.0
     """Sampling temperature of the rollouts (also divides the learner's logits)."""
     data_parallel: bool = False
-    """Run under torchrun (gloo on CPU, NCCL on GPUs): every rank plays its share of each
-    step's tasks, the episodes are gathered, and the update shards events over the ranks
-    and sums their gradients, so all ranks hold the same weights. Rank 0 writes --out;
-    rank r writes --out/rank-r."""
+    """Run under torchrun (each rank on GPU ``LOCAL_RANK`` over NCCL, or the CPU over
+    gloo) with the learner on torch's FSDP2 (``fully_shard``): every rank plays its share
+    of each step's tasks, the episodes are gathered, and the update shards events over
+    the ranks, whose gradients FSDP sums, so all ranks hold the same weights. Rank 0
+    writes --out; rank r writes --out/rank-r."""
     fsdp: str = ""
-    """With ``data_parallel``: the learner on torch's FSDP2 (``fully_shard``), as
-    accelerate names the strategies: "full_shard" splits the weights, gradients and AdamW
-    state over the ranks; "no_shard" replicates them like DDP. Empty: the hand-written
-    gradient all-reduce."""
+    """With ``data_parallel``, how FSDP2 shards the learner, as accelerate names the
+    strategies: "full_shard" (the default, when empty) splits the weights, gradients and
+    AdamW state over the ranks; "no_shard" replicates them like DDP."""
     max_staleness: int = 0
     """Asynchronous SRPO: the rollouts of step s + N are generated in a process of their
     own (hf or vLLM backend), or on the Ray workers (--rollout-workers), while step s
@@ -397,6 +397,11 @@ class LearnerConfig:
     """Cap C of the behaviour weight (> 1). 3.0 is TRL's vllm_importance_sampling_cap: a
     stale set's weight may triple, never more, so one stale set cannot outweigh three
     fresh ones."""
+
+    @property
+    def sharding(self) -> str:
+        """The FSDP2 strategy of a data-parallel learner ("full_shard" unless chosen)."""
+        return self.fsdp or "full_shard"
 
     def __post_init__(self) -> None:
         self.check_learner()
@@ -565,21 +570,21 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
         if self.data_parallel and (self.rollout_workers or self.per_role_policies):
             raise ValueError("data_parallel works with one shared policy and in-process "
                              "rollouts (not rollout_workers or per_role_policies)")
-        if self.per_role_adapters and (self.rollout_workers or self.data_parallel):
+        if self.per_role_adapters and self.rollout_workers:
             raise ValueError("per_role_adapters is not supported with rollout_workers "
-                             "or data_parallel yet: the workers and ranks hold one "
-                             "plain policy")
+                             "yet: the workers hold one plain policy")
         if self.rollout_workers and self.per_role_policies:
             raise ValueError("rollout_workers with per_role_policies is not supported: the "
                              "workers play one shared policy")
-        if self.fsdp and self.backend != "hf":
-            raise ValueError(f"fsdp={self.fsdp!r} with backend={self.backend!r}: under "
-                             f"FSDP2 only the hf backend generates yet (inside the gathered "
-                             f"weights); vLLM's weight sync reads whole tensors")
-        if self.fsdp and self.dynamic_sampling:
-            raise ValueError(f"fsdp={self.fsdp!r} with dynamic_sampling: its extra rounds "
-                             f"differ by rank, and every rollout under FSDP2 is a "
-                             f"collective that all ranks must call together")
+        if self.data_parallel and self.backend != "hf":
+            raise ValueError(f"data_parallel with backend={self.backend!r}: the learner is "
+                             f"sharded (FSDP2) and only the hf backend generates there yet "
+                             f"(inside the gathered weights); vLLM's weight sync reads "
+                             f"whole tensors")
+        if self.data_parallel and self.dynamic_sampling:
+            raise ValueError("data_parallel with dynamic_sampling: its extra rounds differ "
+                             "by rank, and every rollout of a sharded (FSDP2) learner is a "
+                             "collective that all ranks must call together")
         if self.max_staleness and self.data_parallel:
             raise ValueError(f"max_staleness={self.max_staleness} with data_parallel: "
                              f"asynchronous rollouts need one learner process (use "

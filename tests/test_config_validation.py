@@ -138,13 +138,15 @@ def test_fsdp_names_its_strategies_and_needs_ranks():
         LearnerConfig(fsdp="zero3", data_parallel=True)
     with pytest.raises(ValueError, match="fsdp='full_shard' without data_parallel"):
         LearnerConfig(fsdp="full_shard")
-    assert LearnerConfig(fsdp="no_shard", data_parallel=True).fsdp == "no_shard"
+    assert LearnerConfig(fsdp="no_shard", data_parallel=True).sharding == "no_shard"
     assert TrainConfig(fsdp="full_shard", data_parallel=True).learner().fsdp == "full_shard"
+    # data parallelism is FSDP2: full_shard unless another strategy is chosen
+    assert LearnerConfig(data_parallel=True).sharding == "full_shard"
     # what would call a collective on one rank only, or read whole weights, says so
-    with pytest.raises(ValueError, match="fsdp='full_shard' with backend='vllm'"):
-        TrainConfig(fsdp="full_shard", data_parallel=True, backend="vllm")
-    with pytest.raises(ValueError, match="fsdp='full_shard' with dynamic_sampling"):
-        TrainConfig(fsdp="full_shard", data_parallel=True, dynamic_sampling=True)
+    with pytest.raises(ValueError, match="data_parallel with backend='vllm'"):
+        TrainConfig(data_parallel=True, backend="vllm")
+    with pytest.raises(ValueError, match="data_parallel with dynamic_sampling"):
+        TrainConfig(fsdp="no_shard", data_parallel=True, dynamic_sampling=True)
 
 
 def test_the_fsdp_recipe_in_the_docs_is_a_valid_run():

@@ -72,6 +72,7 @@ from srpo_agents.models.sharding import (
     init_distributed,
     local,
     reshard_all,
+    same_as_rank0,
     shard,
 )
 from srpo_agents.rollout.engine import Sample
@@ -134,7 +135,8 @@ class Learner:
                 config.pi_old == "auto" and policy.compute_dtype is not None)
         self.reference = None
         if config.beta > 0 and not policy.adapter_roles:
-            # a whole copy on every rank, never sharded: it scores without collectives
+            # the starting weights, copied before the policy is sharded; under data
+            # parallelism sharded too (below), and gathered whole once to score
             self.reference = copy.deepcopy(policy.model).eval()
             self.reference.requires_grad_(False)
         # With role adapters the reference is the frozen base: the adapters switched off.
@@ -147,9 +149,14 @@ class Learner:
             checkpointing(policy.model)
             if getattr(policy.model, "enable_input_require_grads", None) and policy.adapter_roles:
                 policy.model.enable_input_require_grads()  # a frozen embedding under LoRA
-        self.sharded = config.data_parallel and bool(config.fsdp)
-        if self.sharded:  # FSDP2, in place: the rollout engine's model is this one
-            shard(policy.model, config.fsdp, policy.compute_dtype)
+        # data parallelism is FSDP2, in place: the rollout engine's model is this one
+        self.sharded = config.data_parallel
+        if self.sharded:
+            if policy.adapter_roles:  # drawn, not loaded: rank 0's adapters everywhere
+                same_as_rank0(policy.model)
+            shard(policy.model, config.sharding, policy.compute_dtype)
+            if self.reference is not None:  # 4N / ranks bytes a rank instead of 4N
+                shard(self.reference, config.sharding, policy.compute_dtype)
         params = [p for p in policy.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr,
                                            weight_decay=config.weight_decay)
@@ -457,7 +464,8 @@ class Learner:
                                               if rest else []))
             proximal_seconds = time.monotonic() - tick
         if self.sharded and (self.reference is not None or self.base_reference):
-            with full_weights(model):  # every row this rank scores, before any collective
+            scorer = self.reference if self.reference is not None else model
+            with full_weights(scorer):  # every row this rank scores, before any collective
                 for minis in plan:
                     for _, micros in minis:
                         for micro in micros:
@@ -517,8 +525,6 @@ class Learner:
                     for p in trainable:
                         if p.grad is None:
                             p.grad = torch.zeros_like(p)
-                if world > 1 and not self.sharded:
-                    _sum_gradients(model)
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
                                                       self.config.max_grad_norm)
                 grad_norms.append(float(full(norm)))
@@ -527,7 +533,7 @@ class Learner:
         if world > 1:
             sums, maxima = _combine_figures(sums, maxima)
         ratio = update_to_weight([local(p.detach()) for p in trainable], start,
-                                 self.config.fsdp == "full_shard" and self.sharded)
+                                 self.sharded and self.config.sharding == "full_shard")
         entropy = sums.pop("entropy_sum") / max(sums.pop("entropy_tokens"), 1.0)
         out = {k: v / len(grad_norms) for k, v in sums.items()}
         norms = np.array(grad_norms)
@@ -603,18 +609,6 @@ def _rank_and_world(data_parallel: bool) -> tuple[int, int]:
         raise RuntimeError("data_parallel=True needs torch.distributed initialized (run under "
                            "torchrun and call srpo_agents.learning.learner.init_data_parallel())")
     return dist.get_rank(), dist.get_world_size()
-
-
-def _sum_gradients(model) -> None:
-    """Sum every parameter's gradient over the ranks (a rank without one adds zeros)."""
-    import torch.distributed as dist
-
-    for parameter in model.parameters():
-        if not parameter.requires_grad:
-            continue
-        if parameter.grad is None:
-            parameter.grad = torch.zeros_like(parameter)
-        dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
 
 
 def init_data_parallel() -> tuple[int, int]:

@@ -115,13 +115,17 @@ def load_trainable_state(policy: Policy, tensors: dict[str, torch.Tensor], sourc
             params[name].copy_(tensors[name])
 
 
-def save_role_adapters(policy: Policy, directory: Path) -> None:
-    """One PEFT folder per role under ``directory``, the tokenizer, and the manifest."""
+def save_role_adapters(policy: Policy, directory: Path,
+                       state: dict[str, torch.Tensor] | None = None) -> None:
+    """One PEFT folder per role under ``directory``, the tokenizer, and the manifest.
+    ``state``: the adapters' weights by parameter name when the model's own are not
+    whole tensors (a model sharded by FSDP2 holds pieces of them)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    extra = {} if state is None else {"state_dict": state}
     for role in policy.adapter_roles:
         # PEFT writes an adapter not named "default" into a subfolder of its name
-        policy.model.save_pretrained(str(directory), selected_adapters=[role])
+        policy.model.save_pretrained(str(directory), selected_adapters=[role], **extra)
     policy.tokenizer.save_pretrained(str(directory))
     config = policy.model.peft_config[policy.adapter_roles[0]]
     manifest = {"format": "peft-lora", "base": policy.base_name,

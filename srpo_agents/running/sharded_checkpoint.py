@@ -76,11 +76,24 @@ def _one_process_is_meant():
         yield
 
 
+def _options(**more):
+    """The trainable parameters only: with role adapters the frozen base is not saved
+    (it is reloaded by its name, as the one-process checkpoint does); without them every
+    parameter trains, so this is the whole model. Loading then expects no frozen key."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(ignore_frozen_params=True, **more)
+
+
 def _state(model: torch.nn.Module, optimizer) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    weights, moments = get_state_dict(model, optimizer)
-    return {"model": weights, "optimizer": moments}
+    weights, moments = get_state_dict(model, optimizer, options=_options())
+    # a frozen weight tied to another (the head to the embedding) escapes the option
+    frozen = {name for name, p in model.named_parameters(remove_duplicate=False)
+              if not p.requires_grad}
+    return {"model": {k: v for k, v in weights.items() if k not in frozen},
+            "optimizer": moments}
 
 
 def save_sharded(folder: Path, model: torch.nn.Module, optimizer, payload: dict) -> Path:
@@ -137,8 +150,10 @@ def load_sharded(folder: Path, model: torch.nn.Module, optimizer) -> dict:
     target = _state(model, optimizer)
     with _one_process_is_meant():
         dcp.load(target, checkpoint_id=str(folder), no_dist=not _distributed())
+    # DCP has filled every trainable key (it raises on one the checkpoint lacks); the
+    # frozen ones are absent by design, hence not strict
     set_state_dict(model, optimizer, model_state_dict=target["model"],
-                   optim_state_dict=target["optimizer"])
+                   optim_state_dict=target["optimizer"], options=_options(strict=False))
     return payload
 
 
@@ -157,9 +172,19 @@ def _sharded_steps(root: Path) -> list[int]:
 
 def save_full_policy(policy, directory: Path) -> None:
     """Every rank calls it: the sharded model's whole weights gathered to rank 0's host
-    memory, which writes ``save_pretrained``'s folder, swapped in whole."""
+    memory, which writes ``save_pretrained``'s folder (role adapters: one PEFT folder a
+    role, from the adapters' weights alone), swapped in whole."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+    if policy.adapter_roles:
+        from srpo_agents.models.adapters import save_role_adapters
+
+        adapters = get_model_state_dict(policy.model, options=_options(
+            full_state_dict=True, cpu_offload=True))
+        if _rank() == 0:
+            _swap_in(Path(directory), lambda tmp: save_role_adapters(policy, tmp, adapters))
+        _barrier()
+        return
     state = get_model_state_dict(policy.model, options=StateDictOptions(
         full_state_dict=True, cpu_offload=True))
     if _rank() == 0:
@@ -220,7 +245,14 @@ def load_run_state(root: Path, run_dir: Path, policy, optimizer, generators: dic
         common = set.intersection(*(set(steps) for steps in every))
     else:
         common = mine
-    for step in _sharded_steps(root):
+    sharded = _sharded_steps(root)
+    if common and not sharded:  # the same on every rank: all raise together
+        raise CheckpointError(
+            f"{run_dir}: checkpoints of steps {sorted(common)} hold whole weights on "
+            f"every rank (srpo's data parallelism before FSDP2), and this srpo resumes "
+            f"only sharded ones ({Path(root) / SHARDED}); start a new run folder, or "
+            f"resume it with the srpo that wrote it")
+    for step in sharded:
         if step not in common:
             continue
         try:
