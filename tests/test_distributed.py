@@ -62,12 +62,18 @@ def _load(folder: Path) -> dict[str, torch.Tensor]:
     # a KL to the sharded reference: its gradient is 0 until the policy has moved, so
     # two updates
     ("full_shard", 0, 4, ("--beta", "0.5", "--updates", "2")),
+    # the real model (on-policy rows), 6 units to keep it short
+    ("full_shard", 6, 4, ("--model", "smollm2-135m-instruct")),
 ])
 def test_two_gloo_ranks_equal_one_process(data, fsdp, first_units, rows, extra):
     """One optimizer step (two with the KL). The tolerance: the ranks sum their gradients
     in another order than one process does, so they agree to float32 rounding relative
-    to the gradient's scale, not bit for bit."""
+    to the gradient's scale, not bit for bit (SmolLM2's sums over more and larger terms:
+    1e-4 of its largest gradient entry)."""
     lora, steps = "--lora" in extra, 2 if "--updates" in extra else 1
+    if "--model" in extra:
+        pytest.importorskip("gguf", reason="the gguf extra is not installed (make test "
+                                           "installs it)")
     shape = ["--microbatch-rows", str(rows), "--first-units", str(first_units), *extra]
     tag = f"{first_units}-{rows}" + "".join(extra)
     one_dir, two_dir = data / f"one-{tag}", data / f"two-{fsdp}-{tag}"
@@ -78,9 +84,11 @@ def test_two_gloo_ranks_equal_one_process(data, fsdp, first_units, rows, extra):
     one, two = _load(one_dir), _load(two_dir)
     assert set(one) == set(two)
     grads = [k for k in one if k.startswith("grad/")]
-    assert grads and max(float(one[k].abs().max()) for k in grads) > 1e-3  # not vacuous
+    scale = max(float(one[k].abs().max()) for k in grads) if grads else 0.0
+    assert scale > 1e-3  # not vacuous
+    atol = 1e-4 * scale if "--model" in extra else 1e-5
     for key in grads:
-        torch.testing.assert_close(two[key], one[key], rtol=1e-3, atol=1e-5)
+        torch.testing.assert_close(two[key], one[key], rtol=1e-3, atol=atol)
     # One AdamW step moves each weight by about lr * sign(grad): where the gradient is
     # clearly non-zero the two runs agree to rounding; a gradient within rounding of
     # zero can flip its sign, a difference of at most 2 * lr a step. A second step
