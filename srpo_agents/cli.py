@@ -38,6 +38,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import os
 import re
 import sys
 import textwrap
@@ -62,8 +63,8 @@ tasks and steps on batches of 16 (a batch of 64 long search prompts is several s
 step). Measured: 10 s on Math, 12 s on Countdown, 37 s on Search (2 busy CPU cores)."""
 
 NOT_INHERITED = frozenset({"model", "out", "resume", "device", "dtype", "backend",
-                           "data_parallel", "rollout_workers", "ray_address", "tensorboard",
-                           "report_to"})
+                           "data_parallel", "rollout_workers", "ray_address", "ray_ranks",
+                           "tensorboard", "report_to"})
 """Recorded settings that ``eval`` and ``rollout`` do not take from a run directory: the
 weights come from its policy folder, and the rest say where and on what hardware the run
 went, not which episodes it played (a run trained with vLLM on a GPU is evaluated on the
@@ -272,6 +273,11 @@ def cmd_train(args: argparse.Namespace) -> int:
               + ", ".join(f"{n}={getattr(args, n)}" for n in applied)
               + (f" (typed flags kept: {typed})" if typed else ""), file=sys.stderr)
     config = config_from_args(args)
+    if config.ray_ranks and "RANK" not in os.environ:  # the launcher; its ranks have RANK
+        from srpo_agents.running.ray_ranks import launch
+
+        return launch(args.argv, config.ray_ranks, config.device, config.ray_address,
+                      log=lambda line: print(line, file=sys.stderr))
     summary = train(config)
     after = summary["after"]
     print(format_table(summary["before"], after,
@@ -610,7 +616,8 @@ def eval_skipped_flags() -> set[str]:
     return update | {"model", "model_options", "per_role_policies", "per_role_adapters",
                      "lora_rank", "lora_alpha", "lora_targets", "eval_tasks", "eval_k",
                      "eval_every", "curve_tasks", "out", "resume", "save_every",
-                     "tensorboard", "report_to", "rollout_workers", "ray_address", "dataset"}
+                     "tensorboard", "report_to", "rollout_workers", "ray_address",
+                     "ray_ranks", "dataset"}
 
 
 class Parser(argparse.ArgumentParser):
@@ -733,6 +740,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.typed_flags = typed_flags(argv)
+    args.argv = argv  # what a launcher's ranks run again
     try:
         return args.run(args)
     except (ValueError, FileNotFoundError, ImportError) as err:

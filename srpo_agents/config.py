@@ -264,7 +264,7 @@ class RolloutConfig:
     plays them in this process and imports nothing of Ray."""
     ray_address: str = ""
     """Join this Ray cluster (host:port of `ray start --head`) instead of starting a local
-    Ray instance; only with --rollout-workers."""
+    Ray instance; only with --rollout-workers or --ray-ranks."""
     rollout_worker_gpus: float = 0.0
     """GPUs each Ray rollout worker takes (a share such as 0.5, or whole ones); its model
     and generation then run on that GPU. 0: the workers run on the CPU."""
@@ -312,8 +312,6 @@ class RolloutConfig:
         if self.weight_sync not in WEIGHT_SYNCS:
             raise ValueError(f"weight_sync={self.weight_sync!r}: expected one of "
                              f"{WEIGHT_SYNCS}")
-        if self.ray_address and not self.rollout_workers:
-            raise ValueError(f"ray_address={self.ray_address!r} needs rollout_workers >= 1")
 
 
 FSDP_STRATEGIES = ("", "full_shard", "no_shard")
@@ -503,9 +501,15 @@ class RunConfig:
     """Checkpoint every N steps (atomically; the last step is always saved)."""
     resume: bool = False
     """Continue the run in --out from its last checkpoint."""
+    ray_ranks: int = 0
+    """With --data-parallel: start the ranks as this many Ray actors (each runs one rank
+    of the run, as torchrun would start it; srpo_agents.running.ray_ranks), on the
+    cluster at --ray-address or a local Ray instance. Each takes a GPU when --device
+    asks for CUDA (or "auto" finds GPUs in the cluster); --out must be on a file system
+    every node shares. 0: launched by torchrun (or one process)."""
 
     def check_run(self) -> None:
-        for name in ("seed", "rollout_seed", "save_every"):
+        for name in ("seed", "rollout_seed", "save_every", "ray_ranks"):
             _int(self, name, 0)
         names = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)
         known = ("tensorboard", "trackio", "wandb")
@@ -567,6 +571,13 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
             if unknown:
                 raise ValueError(f"role_sampling: role {unknown[0]!r} is not a role of "
                                  f"{self.env} {self.workflow}; its roles: {roles}")
+        if self.ray_address and not (self.rollout_workers or self.ray_ranks):
+            raise ValueError(f"ray_address={self.ray_address!r} needs rollout_workers >= 1 "
+                             f"or ray_ranks >= 1")
+        if self.ray_ranks and not self.data_parallel:
+            raise ValueError(f"ray_ranks={self.ray_ranks} without data_parallel: the Ray "
+                             f"actors are the ranks of a data-parallel run (add "
+                             f"--data-parallel)")
         if self.data_parallel and (self.rollout_workers or self.per_role_policies):
             raise ValueError("data_parallel works with one shared policy and in-process "
                              "rollouts (not rollout_workers or per_role_policies)")

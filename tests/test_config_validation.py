@@ -107,7 +107,7 @@ def test_a_config_json_from_before_the_sections_still_loads():
            "vllm_sleep_level": 1, "gradient_checkpointing": False,
            "skip_zero_advantage": False, "fsdp": "", "rollout_worker_gpus": 0.0,
            "rollout_device": "",
-           "weight_sync": "collective"}
+           "weight_sync": "collective", "ray_ranks": 0}
     assert {k: loaded[k] for k in set(loaded) - set(recorded)} == new
     # each field is declared in exactly one section
     names = [f.name for section in SECTIONS for f in dataclasses.fields(section)]
@@ -147,6 +147,14 @@ def test_fsdp_names_its_strategies_and_needs_ranks():
         TrainConfig(data_parallel=True, backend="vllm")
     with pytest.raises(ValueError, match="data_parallel with dynamic_sampling"):
         TrainConfig(fsdp="no_shard", data_parallel=True, dynamic_sampling=True)
+    # Ray starts the ranks of a data-parallel run only, and then may join a cluster
+    with pytest.raises(ValueError, match="ray_ranks=2 without data_parallel"):
+        TrainConfig(ray_ranks=2)
+    with pytest.raises(ValueError, match="ray_ranks=-1: expected an int >= 0"):
+        TrainConfig(ray_ranks=-1, data_parallel=True)
+    assert TrainConfig(ray_ranks=2, data_parallel=True, ray_address="h:6379").ray_ranks == 2
+    with pytest.raises(ValueError, match="needs rollout_workers >= 1 or ray_ranks >= 1"):
+        TrainConfig(ray_address="h:6379")
 
 
 def test_the_fsdp_recipe_in_the_docs_is_a_valid_run():

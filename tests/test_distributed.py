@@ -244,6 +244,24 @@ def test_srpo_train_under_torchrun_trains_alike_on_every_rank(fsdp_runs):
     assert (fsdp / "rank-1" / "checkpoints" / "step-00000003" / "state.json").is_file()
 
 
+def test_ranks_started_by_ray_make_the_torchrun_run(fsdp_runs):
+    """``--ray-ranks 2``: two Ray actors each run one rank with torchrun's environment;
+    the run is the torchrun run, metrics and trained weights bit for bit."""
+    pytest.importorskip("ray", reason="the ray extra is not installed (make test installs it)")
+    out = fsdp_runs / "ray"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
+           "SRPO_CACHE_DIR": str(fsdp_runs / "cache"), "RAY_USAGE_STATS_ENABLED": "0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "srpo_agents.cli", *TRAIN, "--steps", "3", "--save-every", "1",
+         "--ray-ranks", "2", "--out", str(out)],
+        cwd=fsdp_runs, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "ray: 2 ranks on 1 node(s), CPU" in done.stderr
+    assert _rows(out) == _rows(out / "rank-1") == _rows(fsdp_runs / "fsdp")
+    one, two = _policy(out), _policy(fsdp_runs / "fsdp")
+    assert set(one) == set(two) and all(torch.equal(one[k], two[k]) for k in one)
+
+
 @pytest.mark.parametrize("point", ["update@1", "checkpoint@1"])
 def test_a_killed_fsdp_run_resumes_to_the_uninterrupted_one(fsdp_runs, point):
     """SIGKILL on both ranks mid-update, or after step 2's sharded weights were saved but
@@ -351,3 +369,14 @@ def test_role_adapters_train_on_two_ranks_and_a_kill_resumes_exactly(tmp_path):
     resumed = _adapters(killed)
     assert set(resumed) == set(adapters)
     assert all(torch.equal(resumed[k], adapters[k]) for k in adapters)
+
+
+def test_ray_ranks_take_gpus_and_local_ranks_as_torchrun_would():
+    from srpo_agents.running.ray_ranks import local_ranks, wants_gpus
+
+    assert wants_gpus("cuda", 0, 2) and wants_gpus("cuda:0", 8, 2)
+    assert wants_gpus("auto", 8, 8) and not wants_gpus("auto", 4, 8)
+    assert not wants_gpus("cpu", 8, 2)
+    # a rank that sees only its own GPU indexes it as 0; CPU ranks count on their node
+    assert local_ranks(["a", "a", "b"], [True, True, True]) == [0, 0, 0]
+    assert local_ranks(["a", "b", "a", "a"], [False] * 4) == [0, 0, 1, 2]
