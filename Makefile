@@ -35,7 +35,7 @@ $(VENV_VLLM)/.installed: pyproject.toml
 	$(PY_VLLM) -m pip install --quiet $(TORCH_PIN) --index-url $(TORCH_INDEX)
 	$(PY_VLLM) -m pip install --quiet $(VLLM_PIN)
 	$(PY_VLLM) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
-	$(PY_VLLM) -m pip install --quiet -e ".[test,lora,gguf]"
+	$(PY_VLLM) -m pip install --quiet -e ".[test,lora,gguf,ray]"
 	touch $@
 
 # The documentation site's tools (mkdocs.yml); no torch is imported to build it.

@@ -211,6 +211,28 @@ def test_srpo_train_with_vllm_keeps_the_results_contract(tmp_path, env, workflow
     assert rows[-1]["updates"] >= 1
 
 
+def test_a_ray_worker_generates_with_vllm_and_follows_every_update(tmp_path):
+    """``--rollout-workers 1 --backend vllm``: the worker builds its own vLLM engine and
+    the weights reach it by the collective after each update. With pi_old the sampler's,
+    every step's first-epoch log ratio is vLLM's rounding only (a stale engine would be
+    off by the update: lr 1e-2 moves the tiny policy's weights by 10-30% a step)."""
+    pytest.importorskip("ray", reason="the ray extra is not installed (make test-vllm "
+                                      "installs it)")
+    out = tmp_path / "ray-vllm"
+    command = [sys.executable, "-m", "srpo_agents.cli", "train", "--quick", "--model", "tiny",
+               "--env", "SRPO-Math-v0", "--workflow", "parallel", "--backend", "vllm",
+               "--rollout-workers", "1", "--pi-old", "sampler", "--lr", "1e-2",
+               "--cost-per-token", "0.01", "--steps", "3", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "OMP_NUM_THREADS": "1",
+                               "RAY_USAGE_STATS_ENABLED": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    assert [r["episodes_lost"] for r in rows] == [0, 0, 0]
+    assert all(r["update_to_weight"] > 0.05 for r in rows)  # the weights did move
+    assert all(r["first_epoch_max_abs_log_ratio"] < LOGPROB_TOLERANCE for r in rows)
+
+
 @pytest.fixture()
 def role_adapters(policy, tmp_path):
     """The tiny policy as a frozen base with an adapter per role, each moved off LoRA's
