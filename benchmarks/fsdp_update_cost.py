@@ -94,7 +94,7 @@ def write(result: dict) -> None:
     lines += ["", "Weights + AdamW: the rank's own tensors after the step (its shards "
               "under full_shard). Peak resident: the process's largest resident set, "
               "which includes loading the whole model before sharding it. That the "
-              "updates agree is tested on the tiny model (tests/test_distributed.py)."]
+              "updates agree: fsdp_equality.md (tests/test_distributed.py)."]
     if ALL_REDUCE in runs:
         lines += ["", f"\"{ALL_REDUCE}\": the hand-written gradient all-reduce that data "
                   "parallelism was before FSDP2 replaced it (measured with the rest of "

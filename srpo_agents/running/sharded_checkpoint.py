@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from srpo_agents.models.adapters import save_role_adapters
 from srpo_agents.running.checkpoint import (
     KEEP,
     SHARED,
@@ -171,22 +172,13 @@ def _sharded_steps(root: Path) -> list[int]:
 
 
 def save_full_policy(policy, directory: Path) -> None:
-    """Every rank calls it: the sharded model's whole weights gathered to rank 0's host
-    memory, which writes ``save_pretrained``'s folder (role adapters: one PEFT folder a
-    role, from the adapters' weights alone), swapped in whole."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    """Every rank calls it: the sharded model's whole trainable weights gathered to rank
+    0's host memory, which writes ``save_pretrained``'s folder (role adapters: one PEFT
+    folder a role, from the adapters' weights alone), swapped in whole."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    if policy.adapter_roles:
-        from srpo_agents.models.adapters import save_role_adapters
-
-        adapters = get_model_state_dict(policy.model, options=_options(
-            full_state_dict=True, cpu_offload=True))
-        if _rank() == 0:
-            _swap_in(Path(directory), lambda tmp: save_role_adapters(policy, tmp, adapters))
-        _barrier()
-        return
-    state = get_model_state_dict(policy.model, options=StateDictOptions(
-        full_state_dict=True, cpu_offload=True))
+    state = get_model_state_dict(policy.model, options=_options(full_state_dict=True,
+                                                                  cpu_offload=True))
     if _rank() == 0:
         # The gather copies tied weights apart (the head and the embedding): tied again,
         # save_pretrained writes one of them, as from the whole model.
@@ -196,6 +188,9 @@ def save_full_policy(policy, directory: Path) -> None:
                 state[target] = state[source]
 
         def write(tmp: Path) -> None:
+            if policy.adapter_roles:
+                save_role_adapters(policy, tmp, state)
+                return
             policy.model.save_pretrained(tmp, state_dict=state)
             policy.tokenizer.save_pretrained(tmp)
 
