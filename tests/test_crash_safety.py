@@ -64,7 +64,8 @@ def reference(tmp_path_factory):
     root = tmp_path_factory.mktemp("crash")
     done = _train(root / "straight", root / "warm", cwd=root)
     assert done.returncode == 0, done.stderr[-3000:]
-    return root, _rows(root / "straight")
+    yield root, _rows(root / "straight")
+    shutil.rmtree(root, ignore_errors=True)  # a checkpoint folder a killed run
 
 
 @pytest.mark.parametrize("point", KILL_POINTS)
@@ -78,6 +79,11 @@ def test_a_killed_run_resumes_to_the_uninterrupted_metrics(reference, point):
     if point == "checkpoint@2":  # the kill left a half-written checkpoint behind
         assert list((run / "checkpoints").glob(".tmp-step-00000003-*"))
         assert [d.name for d in checkpoint_dirs(run)] == ["step-00000002", "step-00000001"]
+    # the checkpoint keeps the run's seconds so far (its steps, evaluation, loading)
+    kept = json.loads((checkpoint_dirs(run)[0] / "state.json").read_text())["payload"]
+    earlier = kept["extra"]["wall_s"]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert earlier > sum(row["seconds"] for row in rows[:kept["step"]])
     resumed = _train(run, root / "warm", "--resume", cwd=root)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout + resumed.stderr
@@ -86,6 +92,10 @@ def test_a_killed_run_resumes_to_the_uninterrupted_metrics(reference, point):
     summary = json.loads((run / "summary.json").read_text())
     reference_summary = json.loads((root / "straight" / "summary.json").read_text())
     assert summary["after"]["per_task_avg"] == reference_summary["after"]["per_task_avg"]
+    # the wall time spans both invocations: what ran before the kill, up to the
+    # checkpoint, and the resumed part (its before evaluation counted once)
+    assert summary["time_breakdown"]["total"] == round(summary["wall_time_s"], 2) > earlier
+    assert summary["time_breakdown"]["evaluation"] >= kept["extra"]["eval_seconds"] > 0
 
 
 ASYNC = ("--max-staleness", "2")

@@ -5,6 +5,7 @@ resume exactly."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,8 @@ def _run(args, tmp_path, nproc: int = 1):
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("ddp")
     _run(["prepare", "--out", str(root / "data"), "--tasks", "6", "--group", "3"], root)
-    return root
+    yield root
+    shutil.rmtree(root, ignore_errors=True)  # every case's weights: 3 GB by the end
 
 
 def _load(folder: Path) -> dict[str, torch.Tensor]:
@@ -207,7 +209,8 @@ def fsdp_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("fsdp-train")
     for name, extra in (("fsdp", ()), ("no-shard", ("--fsdp", "no_shard"))):
         _train_on_two_ranks(root / name, root, "--steps", "3", "--save-every", "1", *extra)
-    return root
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _policy(run: Path) -> dict[str, torch.Tensor]:

@@ -7,6 +7,7 @@ checkpoint), not learning."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -26,7 +27,8 @@ def real_run(tmp_path_factory):
                  "--tasks-per-step", "1", "--eval-tasks", "2", "--eval-k", "1",
                  "--out", str(out)])
     assert code == 0
-    return out
+    yield out
+    shutil.rmtree(out.parent, ignore_errors=True)  # 2 GB of checkpoints and copies
 
 
 def test_train_runs_a_step_on_the_real_model(real_run):

@@ -109,6 +109,9 @@ class TrainingRun:
     start_step: int = 0
     updates_total: int = 0
     eval_seconds: float = 0.0             # the before and after evaluations
+    # seconds the run spent before this invocation, up to the checkpoint it resumed from
+    # (work redone after a kill is not counted twice)
+    wall_earlier: float = 0.0
     board: Any = None
     # asynchronous runs (max_staleness >= 1): the rollout process, the batches it made
     # that no step has used yet (by step), the next step to submit, the update intervals
@@ -219,10 +222,14 @@ class TrainingRun:
             self.start_step = payload["step"]
             self.before = payload["extra"].get("before") or self.before
             self._restore_async(payload["extra"].get("async"))
-            self.engine.policy_version = self.rollout.policy_version = self.start_step
-            # rows of the steps to be replayed go, and so does a line torn by a kill
             kept = [row for row in read_metrics_rows(self.metrics_path)
                     if row["step"] < self.start_step]
+            # a checkpoint from before wall_s was kept: its steps' own seconds at least
+            self.wall_earlier = payload["extra"].get(
+                "wall_s", sum(row.get("seconds", 0.0) for row in kept))
+            self.eval_seconds = payload["extra"].get("eval_seconds", 0.0)
+            self.engine.policy_version = self.rollout.policy_version = self.start_step
+            # rows of the steps to be replayed go, and so does a line torn by a kill
             write_json_lines_atomic(self.metrics_path, kept)
             log(f"resumed from {payload['folder']} at step {self.start_step}")
         elif self.metrics_path.exists():
@@ -412,8 +419,13 @@ class TrainingRun:
         every = self.config.save_every
         return bool(every and (step + 1) % every == 0) or step + 1 == self.config.steps
 
+    def wall(self) -> float:
+        """The run's seconds so far, across the invocations it resumed through."""
+        return self.wall_earlier + time.monotonic() - self.started
+
     def save(self, step: int) -> None:
-        extra = {"before": self.before}
+        extra = {"before": self.before, "wall_s": self.wall(),
+                 "eval_seconds": self.eval_seconds}
         if self.config.max_staleness:
             extra["async"] = self._drain()
         if self.sharded:
@@ -448,7 +460,7 @@ class TrainingRun:
             f"{difference['avg_at_k']:+.3f} +- {difference['avg_at_k_stderr']:.3f} "
             f"({difference['avg_at_k_z']:+.1f} SE), pass@{k} "
             f"{difference['pass_at_k']:+.3f} +- {difference['pass_at_k_stderr']:.3f}")
-        wall = time.monotonic() - self.started
+        wall = self.wall()
         summary = {"config": config.to_dict(), "warm_start": self.warm, "before": self.before,
                    "after": after, "difference": difference,
                    "time_breakdown": time_breakdown(self.metrics_path, self.warm,
