@@ -365,9 +365,9 @@ def z_score(diff: float, se: float) -> str:
 
 
 def majority_line(records: list[dict]) -> str:
-    """The single agent's plurality vote over as many of its episodes as the team's
-    tokens buy (at most its k), against the team, per seed."""
-    parts = []
+    """The team against the single agent's plurality vote over as many of its episodes
+    as the team's tokens buy (at most its k), seed by seed, under the verdict rule."""
+    teams, votes, sizes = [], [], []
     for team in (r for r in records if r["run"] == "team-srpo"):
         single = next((r for r in records if r["run"] == "single"
                        and r["seed"] == team["seed"]), None)
@@ -375,10 +375,13 @@ def majority_line(records: list[dict]) -> str:
             continue
         size = max(1, min(EVAL_K, round(team["tokens_per_task_after"]
                                         / single["tokens_per_task_after"])))
-        votes = [majority_at(v, size) for v in single["per_task_votes_after"]]
-        gap = sum(t - v for t, v in zip(team["per_task_after"], votes, strict=True))
-        parts.append(f"seed {team['seed']}: {gap / len(votes):+.3f} (vote of {size})")
-    return "; ".join(parts) or "no seed with both"
+        teams.append({"seed": team["seed"], "per_task_avg": team["per_task_after"]})
+        votes.append({"seed": team["seed"], "per_task_avg": [
+            majority_at(v, size) for v in single["per_task_votes_after"]]})
+        sizes.append(f"seed {team['seed']} a vote of {size}")
+    if not teams:
+        return "no seed with both"
+    return f"{diff_cell(difference(teams, votes))} ({', '.join(sizes)})"
 
 
 def main() -> None:

@@ -125,10 +125,19 @@ def test_team_minus_majority_vote_buys_votes_with_the_teams_tokens():
                                        [None, None]]}
     # Twice the tokens buy a vote of 2: task 1 right, task 2 a tie (half), task 3 none:
     # votes 1, 0.5, 0 against the team's 1, 0.5, 0.
-    assert module.majority_line([team, single]) == "seed 0: +0.000 (vote of 2)"
-    # About one episode's tokens buy one episode: its mean over the two, 1, 0.5, 0.
+    assert module.majority_line([team, single]).startswith("+0.000 ± 0.000 (one seed")
+    assert module.majority_line([team, single]).endswith("(seed 0 a vote of 2)")
+    # About one episode's tokens buy one episode: its mean over the two, 1, 0.5, 0;
+    # one seed is not called, whatever its size
     cheap = dict(team, tokens_per_task_after=110.0, per_task_after=[1.0, 1.0, 1.0])
-    assert module.majority_line([cheap, single]) == "seed 0: +0.500 (vote of 1)"
+    line = module.majority_line([cheap, single])
+    assert line.startswith("+0.500 ± 0.289 (one seed, per-task SE) **not called: one seed**")
+    assert line.endswith("(seed 0 a vote of 1)")
+    # three seeds that agree, far beyond their spread: called by the seeds' rule
+    many = [dict(cheap, seed=s, per_task_after=[1.0] * 30) for s in range(3)] + [
+        dict(single, seed=s, per_task_votes_after=[["right", None], [None, None]] * 15)
+        for s in range(3)]
+    assert "(seeds: +0.750 +0.750 +0.750) **ahead**" in module.majority_line(many)
     assert module.majority_line([team]) == "no seed with both"
 
 
@@ -189,7 +198,7 @@ def test_the_script_runs_pilot_runs_and_report_end_to_end(math_tiny_dir, tmp_pat
     report = (results / "real_model_learns.md").read_text()
     assert "| team-srpo | 0 |" in report and "Team - single agent (after): " in report
     assert "| written anywhere |" in report
-    assert "SRPO - GRPO (the team, after): " in report and "(vote of " in report
+    assert "SRPO - GRPO (the team, after): " in report and "a vote of " in report
 
 
 def test_the_docs_hand_command_is_the_demos_run():
