@@ -4,9 +4,15 @@ real data (a JSONL file with ``question``/``answer``, or a Hugging Face ``datase
 The generator is the embedded default: seeded, no download. Task ``i`` of a
 (``task_seed``, levels, ``split``) stream is a pure function of those values, so every
 rollout of a task, on any machine, sees the same problem. The splits ``train``,
-``validation`` and ``test`` are disjoint by content: a question's split is a hash of its
-text (``srpo_envs.splits``), and the indices of a held-out split are distinct questions
-while the level has them (level 0 holds about 85,000 question texts in all).
+``validation`` and ``test`` are disjoint by *computation*, not only by wording: a
+problem's split is a hash of its computation (``computation``: the operands and
+operations of its reference solution, "3 + 4 = 7."; no name or item enters it;
+``srpo_envs.splits``), so no held-out problem asks for arithmetic a training problem
+asked for under other names. The indices of a held-out split are distinct computations
+while the level has them. Level 0 holds about 125 computations in all (34 of them
+test): too small to split, and the env says so (``splits.small_split``) (issue 60: before, splits
+hashed the question text, and all 122 computations of level 0's 500 test tasks were
+training computations under other names).
 
 Difficulty levels (answers are exact; levels 0-4 integers, level 5 fractions):
   0. one addition or subtraction with numbers 1-9 (a warm-up level that a 1M-parameter
@@ -153,10 +159,19 @@ def _draw(rng: random.Random, levels: tuple[int, ...]) -> tuple[str, str, str, i
     return question, answer, " ".join(lines) + f" \\boxed{{{answer}}}", level
 
 
+def computation(solution: str) -> str:
+    """What identifies a generated problem for its split: the arithmetic of its reference
+    solution (the lines before ``\\boxed``), e.g. "3 + 4 = 7.": its operands and
+    operations, and nothing of its wording."""
+    return solution.split("\\boxed", 1)[0].strip()
+
+
 def _source(levels: Sequence[int], task_seed: int, split: str) -> SplitSource:
     levels = check_levels(tuple(levels))
-    return split_source(f"srpo-math:{task_seed}:{levels}", split,
-                        lambda rng: _draw(rng, levels), lambda problem: problem[0])
+    # "by-computation": the stream's name changed with its canonical key, so a cached
+    # source of the old, text-keyed splits can never be taken for it
+    return split_source(f"srpo-math:by-computation:{task_seed}:{levels}", split,
+                        lambda rng: _draw(rng, levels), lambda problem: computation(problem[2]))
 
 
 def generate_task(index: int, levels: Sequence[int] = (1,), task_seed: int = 0,

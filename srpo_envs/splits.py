@@ -114,6 +114,22 @@ class SplitSource(Generic[T]):
                 self._exhausted = misses >= MISS_LIMIT
 
 
+SMALL_SPLIT = 100
+"""A held-out split with fewer distinct problems than this is too small to split: a
+held-out score on it measures a few dozen problems, most of them a step from training
+ones (generated math level 0: about 30 test computations; Countdown level 0: about 35)."""
+
+
+def small_split(family: str, levels, split: str, held: int) -> str | None:
+    """The warning for a held-out ``split`` that holds ``held`` (< ``SMALL_SPLIT``)
+    distinct problems, or None when it holds enough."""
+    if split not in HELD_OUT or held >= SMALL_SPLIT:
+        return None
+    return (f"{family} levels {tuple(levels)}: the {split} split holds only {held} distinct "
+            f"problems (fewer than {SMALL_SPLIT}): too small to split, so a held-out score "
+            f"on it says little about a trained policy; choose a larger level or mix levels")
+
+
 _SOURCES: dict[tuple[str, str], SplitSource] = {}
 _SOURCES_LOCK = threading.Lock()
 

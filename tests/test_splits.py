@@ -1,8 +1,11 @@
-"""Held-out means held-out: train, validation and test are disjoint by content.
+"""Held-out means held-out: train, validation and test are disjoint by content, and for
+generated math by the computation, not only the wording.
 
 Before ``srpo_envs.splits``, each split was its own seeded stream over the same finite
 space: 117 of 499 level-0 math test questions and all 207 distinct Countdown level-0
-test problems also occurred among 20,000 training draws.
+test problems also occurred among 20,000 training draws. Then math split by question
+text (issue 60): all 122 computations of level 0's 500 test tasks, and 449 of level 3's
+472, were training computations under other names and items.
 """
 
 from __future__ import annotations
@@ -11,13 +14,14 @@ import pytest
 
 from srpo_envs import countdown_tasks, math_tasks
 from srpo_envs.envs.search_env import generated_world
-from srpo_envs.splits import MISS_LIMIT, SplitSource, split_of
+from srpo_envs.splits import MISS_LIMIT, SMALL_SPLIT, SplitSource, split_of
 
 TRAIN_DRAWS, TEST_TASKS = 20_000, 500
 
 
 def math_key(task) -> str:
-    return task.question
+    """A math problem's computation: its reference arithmetic, no names or items."""
+    return math_tasks.computation(task.solution)
 
 
 def countdown_key(task) -> str:
@@ -51,7 +55,9 @@ def test_small_levels_say_how_many_distinct_problems_they_hold():
     held = countdown_tasks.distinct_tasks(500, (0,), 0, "test")
     assert 20 <= held < 80
     assert countdown_tasks.distinct_tasks(500, (1,), 0, "test") == 500
-    assert math_tasks.distinct_tasks(500, (0,), 0, "test") == 500
+    # math level 0: about 125 computations in all, a quarter of them test ones
+    assert 20 <= math_tasks.distinct_tasks(500, (0,), 0, "test") < SMALL_SPLIT
+    assert math_tasks.distinct_tasks(500, (2,), 0, "test") == 500
 
 
 def test_the_split_is_a_function_of_content_alone():
@@ -60,7 +66,7 @@ def test_the_split_is_a_function_of_content_alone():
         for i in range(300):
             for split in ("train", "validation", "test"):
                 task = math_tasks.generate_task(i, (0, 1), seed, split)
-                assert split_of(task.question) == split
+                assert split_of(math_key(task)) == split
                 cd = countdown_tasks.generate_task(i, (0, 1), seed, split)
                 assert split_of(countdown_key(cd)) == split
     assert math_tasks.generate_task(3, (1,), 0, "test") == math_tasks.generate_task(3, (1,), 0, "test")
@@ -111,3 +117,42 @@ def test_evaluation_uses_each_distinct_test_problem_once(tmp_path):
     assert any(f"{held} distinct tasks (asked for 500)" in line for line in lines), lines
     problems = {countdown_key(envs[0].task(i)) for i in indices}
     assert len(problems) == held
+
+
+def test_no_held_out_math_problem_asks_a_training_computation_in_other_words():
+    """The same arithmetic under another name and item is the same problem: level 1's
+    test computations never occur in training, while many of its training computations
+    recur there under several wordings (so the key is not the text)."""
+    train = [math_tasks.generate_task(i, (1,), 0, "train") for i in range(5000)]
+    by_computation: dict[str, set[str]] = {}
+    for task in train:
+        by_computation.setdefault(math_key(task), set()).add(task.question)
+    assert max(len(q) for q in by_computation.values()) > 3   # one sum, many wordings
+    test = [math_tasks.generate_task(i, (1,), 0, "test")
+            for i in range(math_tasks.distinct_tasks(500, (1,), 0, "test"))]
+    assert test and not {math_key(t) for t in test} & set(by_computation)
+    assert math_key(train[0]) in train[0].solution and "\\boxed" not in math_key(train[0])
+
+
+@pytest.mark.parametrize("env_id,settings,small", [
+    ("SRPO-Math-v0", {"difficulty": (0,)}, True),
+    ("SRPO-Math-v0", {"difficulty": (2,)}, False),
+    ("SRPO-Countdown-v0", {"difficulty": (0,)}, True),
+    ("SRPO-Countdown-v0", {"difficulty": (1,)}, False),
+])
+def test_a_level_too_small_to_split_is_named_when_evaluated(tmp_path, env_id, settings, small):
+    """Evaluating on a held-out split of fewer than SMALL_SPLIT problems logs a warning
+    that names the levels and the count."""
+    from srpo_agents.config import TrainConfig
+    from srpo_agents.running.train import held_out
+
+    config = TrainConfig(env=env_id, workflow="single", eval_tasks=500, out=str(tmp_path),
+                         **settings)
+    lines: list[str] = []
+    held_out(config, log=lines.append)
+    warnings = [line for line in lines if line.startswith("warning:")]
+    if small:
+        assert warnings and "too small to split" in warnings[0], lines
+        assert f"levels {settings['difficulty']}" in warnings[0]
+    else:
+        assert not warnings, warnings

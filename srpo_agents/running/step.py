@@ -48,6 +48,9 @@ def _eval_indices(config: TrainConfig, envs: list, wanted: int | None = None,
     n = wanted if total is None else min(wanted, total)
     if n < wanted and log is not None:
         log(f"{split} split: {n} distinct tasks (asked for {wanted}); each is used once")
+    warning = getattr(envs[0], "held_out_warning", lambda: None)()
+    if warning and log is not None:
+        log(f"warning: {warning}")
     return list(range(n))
 
 

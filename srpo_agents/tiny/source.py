@@ -98,10 +98,16 @@ def warm_start_key(config) -> dict[str, Any]:
     from srpo_agents.rollout.envs import env_kwargs
     from srpo_agents.tiny.warmstart import canonical, file_digest
 
-    return canonical({
+    key = {
         "workflow": config.workflow,
         "train_env": env_kwargs(config, "train"),
         "validation_env": env_kwargs(config, "validation"),
         "files": {name: file_digest(getattr(config, name))
                   for name in ("dataset", "eval_dataset", "corpus")},
-    })
+    }
+    if config.env == "SRPO-Math-v0" and not config.dataset:
+        # the generated math splits are keyed by computation since issue 60: a warm start
+        # built on the text-keyed train split imitated what are test computations now
+        # (absent elsewhere, so the committed search warm starts keep their keys)
+        key["math_splits"] = "by-computation"
+    return canonical(key)

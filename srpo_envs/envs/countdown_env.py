@@ -50,7 +50,7 @@ from srpo_envs.countdown_tasks import (
 from srpo_envs.describe import DescribedEnv, TeamDescription
 from srpo_envs.jsonl import read_jsonl
 from srpo_envs.routing import TokenCounter
-from srpo_envs.splits import check_split
+from srpo_envs.splits import SMALL_SPLIT, check_split, small_split
 from srpo_envs.text import check_prompt_overrides, render
 
 WORKFLOWS = ("single", "parallel")
@@ -197,6 +197,14 @@ class CountdownEnv(DescribedEnv):
                          render_mode=render_mode, cost_per_token=self.config.cost_per_token,
                          token_counter=self.config.token_counter)
         self._dataset = dataset
+
+    def held_out_warning(self) -> str | None:
+        """Why a held-out score of this env's split says little (a generator level too
+        small to split: ``splits.small_split``), or None."""
+        if self._dataset is not None:
+            return None
+        return small_split("Countdown", self.config.levels, self.config.split,
+                           self.distinct_tasks(SMALL_SPLIT))
 
     def distinct_tasks(self, limit: int) -> int:
         """Distinct tasks of this env's source, counted up to ``limit`` (level 0 has only

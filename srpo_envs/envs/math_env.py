@@ -95,7 +95,7 @@ from srpo_envs.routing import (
     parse_default_route,
     parse_route,
 )
-from srpo_envs.splits import check_split
+from srpo_envs.splits import SMALL_SPLIT, check_split, small_split
 from srpo_envs.text import as_data, check_prompt_overrides, named_prompts, render
 
 WORKFLOWS = ("single", "solve_verify", "parallel", "routed")
@@ -277,6 +277,14 @@ class MathEnv(EventEnv):
     def num_tasks(self) -> int | None:
         """Tasks in the dataset, or None for the unlimited generator."""
         return None if self._tasks is None else len(self._tasks)
+
+    def held_out_warning(self) -> str | None:
+        """Why a held-out score of this env's split says little (a generator level too
+        small to split: ``splits.small_split``), or None."""
+        if self._tasks is not None:
+            return None
+        return small_split("generated math", self.config.difficulty, self.config.split,
+                           self.distinct_tasks(SMALL_SPLIT))
 
     def distinct_tasks(self, limit: int) -> int:
         """Distinct tasks this env's source holds, counted up to ``limit`` (an evaluation
