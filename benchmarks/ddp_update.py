@@ -81,7 +81,7 @@ def _state_gib(model, optimizer) -> float:
     return sum(t.numel() * t.element_size() for t in tensors) / 2**30
 
 
-def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
+def update(data: Path, out: Path, minibatch_episodes: int, microbatch_rows: int,
            fsdp: str = "full_shard", first_units: int = 0, updates: int = 1,
            load: Path | None = None, save: Path | None = None,
            model: str = "", lora: bool = False, beta: float = 0.0) -> None:
@@ -111,7 +111,7 @@ def update(data: Path, out: Path, minibatch_units: int, microbatch_rows: int,
         roles = sorted({m.role for unit in units for m in unit.members})
         policy = attach_role_adapters(policy, roles, rank=4, alpha=8.0)
     learner = Learner(policy, algorithm,
-                      LearnerConfig(lr=1e-3, minibatch_units=minibatch_units,
+                      LearnerConfig(lr=1e-3, minibatch_episodes=minibatch_episodes,
                                     microbatch_rows=microbatch_rows, max_grad_norm=1e9,
                                     pi_old="sampler", beta=beta,
                                     data_parallel=world > 1,
@@ -207,7 +207,7 @@ def main() -> None:
     u = commands.add_parser("update", help="one update (data-parallel under torchrun)")
     u.add_argument("--data", required=True)
     u.add_argument("--out", required=True)
-    u.add_argument("--minibatch-units", type=int, default=0)
+    u.add_argument("--minibatch-episodes", type=int, default=0)
     u.add_argument("--microbatch-rows", type=int, default=16)
     u.add_argument("--fsdp", default="full_shard", choices=["full_shard", "no_shard"],
                    help="under torchrun: how FSDP2 shards the learner")
@@ -226,7 +226,7 @@ def main() -> None:
     if args.command == "prepare":
         prepare(Path(args.out), args.tasks, args.group)
     elif args.command == "update":
-        update(Path(args.data), Path(args.out), args.minibatch_units, args.microbatch_rows,
+        update(Path(args.data), Path(args.out), args.minibatch_episodes, args.microbatch_rows,
                args.fsdp, args.first_units, args.updates,
                Path(args.load) if args.load else None, Path(args.save) if args.save else None,
                args.model, args.lora, args.beta)

@@ -34,10 +34,10 @@ RESULTS = Path(__file__).resolve().parent / "results" / "demo_sweep.md"
 
 
 def cell_config(base, out: Path, cell: dict):
-    units = base.tasks_per_step * base.group_size * 2    # a solver set and an aggregator event
+    episodes = base.tasks_per_step * base.group_size
     extra = {k: v for k, v in cell.items() if k not in ("lr", "updates")}
     name = f"lr{cell['lr']:g}-u{cell['updates']}" + "".join(f"-{k}{v:g}" for k, v in extra.items())
-    return replace(base, lr=cell["lr"], epochs=1, minibatch_units=-(-units // cell["updates"]),
+    return replace(base, lr=cell["lr"], epochs=1, minibatch_episodes=-(-episodes // cell["updates"]),
                    out=str(out / "runs" / name), save_every=0, **extra)
 
 
@@ -69,7 +69,7 @@ def main() -> None:
     base = replace(base, model=str(out / "warmstart" / "warmstart"), model_options={},
                    compact_prompts=True)
     before = before_job(replace(base, out=str(out / "before")), out / "before.json")
-    demo_updates = -(-base.tasks_per_step * base.group_size * 2 // base.minibatch_units)
+    demo_updates = -(-base.tasks_per_step * base.group_size // base.minibatch_episodes)
     cells = [{"lr": lr, "updates": u} for lr in args.lrs for u in args.updates]
     cells += [{"lr": base.lr, "updates": demo_updates, **parse_extra(e)} for e in args.extra]
     pool = make_pool(args.workers)

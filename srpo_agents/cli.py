@@ -45,7 +45,7 @@ import textwrap
 import typing
 from pathlib import Path
 
-from srpo_agents.config import SECTIONS, TrainConfig
+from srpo_agents.config import REMOVED_SETTINGS, SECTIONS, TrainConfig
 
 QUICK: dict[str, object] = {
     "steps": 2, "tasks_per_step": 2, "group_size": 2, "eval_tasks": 4, "eval_k": 2,
@@ -221,6 +221,9 @@ def read_run_file(path: str | Path) -> dict:
     valid = {f.name for f in dataclasses.fields(TrainConfig)}
     valid |= {f.name for name in PLUGINS for f in dataclasses.fields(model_source(name).options)}
     for key in values:
+        if key in REMOVED_SETTINGS and key not in valid:
+            raise ValueError(f"--config {path}: setting {key!r} = {values[key]!r} was "
+                             f"removed: {REMOVED_SETTINGS[key]}")
         if key not in valid:
             close = closest_match(str(key), sorted(valid), cutoff=0.6)
             raise ValueError(f"--config {path}: unknown setting {key!r}"

@@ -326,8 +326,10 @@ class LearnerConfig:
     """Learning rate of the RL updates (AdamW)."""
     epochs: int = 1
     """Passes over each step's batch (the second and later are off-policy)."""
-    minibatch_units: int = 0
-    """Units per optimizer step (0: one step per epoch over the whole batch)."""
+    minibatch_episodes: int = 0
+    """Episodes per optimizer step: each mini-batch holds every unit of its episodes, so
+    every algorithm takes the same optimizer steps on the same episodes, whatever its unit
+    (a set, or one output); 0: one step per epoch over the whole batch."""
     microbatch_rows: int = 32
     """Rows per forward/backward pass (memory bound; gradients are accumulated)."""
     eps_low: float = 0.2
@@ -338,7 +340,15 @@ class LearnerConfig:
     beta: float = 0.0
     """Weight of the k3 KL to the initial policy (0 disables; no reference is kept)."""
     max_grad_norm: float = 1.0
-    """Gradient-norm clip of each optimizer step."""
+    """Gradient-norm clip of each optimizer step (the pre-clip norm is logged as
+    ``grad_norm``, the share of steps it clipped as ``grad_clipped``)."""
+    token_budget: int = 0
+    """The constant that losses summing tokens (SRPO's set losses, MAGRPO's REINFORCE)
+    divide by, as Dr. GRPO divides by its generation budget: their gradients then sit at a
+    token-mean loss's scale, so one ``max_grad_norm`` treats every algorithm alike. It
+    scales the loss and nothing else (not the ratio, its clip or the advantages). 0: the
+    run's ``max_new_tokens`` (``TrainConfig.learner``; a LearnerConfig used alone divides
+    by 1); 1: the paper's formula as written."""
     adv_eps: float = 1e-6
     """Added to the group's standard deviation of returns in the relative advantage
     (R - mean) / (std + adv_eps); > 0."""
@@ -409,7 +419,8 @@ class LearnerConfig:
             raise ValueError(f"lr={self.lr!r}: expected a learning rate in (0, 1)")
         _int(self, "epochs", 1)
         _int(self, "microbatch_rows", 1)
-        _int(self, "minibatch_units", 0)
+        _int(self, "minibatch_episodes", 0)
+        _int(self, "token_budget", 0)
         if not (isinstance(self.eps_low, int | float) and 0 < self.eps_low < 1):
             raise ValueError(f"eps_low={self.eps_low!r}: expected a value in (0, 1) (the clip "
                              f"range is [1 - eps_low, 1 + eps_high])")
@@ -524,6 +535,13 @@ class RunConfig:
         self.report_to = tuple(dict.fromkeys(names))
 
 
+REMOVED_SETTINGS = {
+    "minibatch_units": "mini-batches are sized in episodes since issue 60, so that every "
+                       "algorithm takes the same optimizer steps (a unit is a set for SRPO "
+                       "but one output for the baselines): use minibatch_episodes"}
+"""Settings a run file may still hold, and what replaced them (``srpo train --config``
+names the new one instead of calling the old one unknown)."""
+
 SECTIONS = (EnvConfig, ModelConfig, AlgorithmConfig, RolloutConfig, LearnerConfig, EvalConfig,
             RunConfig)
 
@@ -611,6 +629,7 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
         """The learner's section, as ``Learner`` takes it, with ``pi_old`` "auto" decided
         for this run (``sampler_is_learner``)."""
         values = {f.name: getattr(self, f.name) for f in fields(LearnerConfig)}
+        values["token_budget"] = self.token_budget or self.max_new_tokens
         if self.pi_old == "auto":
             values["pi_old"] = "sampler" if self.sampler_is_learner else "learner"
         return LearnerConfig(**values)

@@ -14,7 +14,7 @@ from srpo_agents.tiny.config import tiny_run
 MATH_DEMO = dict(env="SRPO-Math-v0", workflow="parallel", n_agents=3, max_turns=3, algo="srpo",
                  model="tiny",
                  steps=60, group_size=8, tasks_per_step=16, lr=3e-5, epochs=1,
-                 minibatch_units=64, eps_high=0.28, difficulty=(0,), max_new_tokens=32,
+                 minibatch_episodes=32, eps_high=0.28, difficulty=(0,), max_new_tokens=32,
                  eval_tasks=500, eval_k=8, eval_every=30, curve_tasks=100,
                  warmstart_steps=400, warmstart_decay=True, warmstart_minutes=60.0,
                  warmstart_target=1.0, warmstart_skill=0.5, save_every=6)

@@ -40,7 +40,7 @@ def fingerprint(algo: str, root: Path) -> dict:
     config = TrainConfig(env="SRPO-Math-v0", workflow="parallel", algo=algo,
                          model=str(model), compact_prompts=True, steps=2, group_size=4,
                          tasks_per_step=4, eval_tasks=2, eval_k=1, epochs=2,
-                         minibatch_units=8, lr=1e-3, cost_per_token=0.01, save_every=0,
+                         minibatch_episodes=4, lr=1e-3, cost_per_token=0.01, save_every=0,
                          max_new_tokens=8, n_agents=3, out=str(root / algo))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

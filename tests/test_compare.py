@@ -34,7 +34,7 @@ def _two_steps(model: str, out: Path, env: str, workflow: str, algo: str,
     settings = {"max_new_tokens": 8, "n_agents": 3, **world}
     config = TrainConfig(env=env, workflow=workflow, algo=algo, model=model,
                          compact_prompts=True, steps=2, group_size=4, tasks_per_step=4,
-                         eval_tasks=2, eval_k=1, epochs=2, minibatch_units=8, lr=1e-3,
+                         eval_tasks=2, eval_k=1, epochs=2, minibatch_episodes=4, lr=1e-3,
                          cost_per_token=0.01, save_every=0,
                          out=str(out / f"{env}-{workflow}-{algo}"), **settings)
     summary = train(config, log=lambda *_: None)
@@ -123,7 +123,7 @@ def test_compare_preset_runs_in_miniature_and_reports(tmp_path, monkeypatch, fre
         "references": {team: "single@parallel"},
         "base": dict(model=fresh_model, compact_prompts=True, steps=2, group_size=2,
                      tasks_per_step=2, eval_tasks=4, eval_k=2, max_new_tokens=8,
-                     n_agents=2, epochs=1, minibatch_units=2, cost_per_token=0.01),
+                     n_agents=2, epochs=1, minibatch_episodes=1, cost_per_token=0.01),
         "variants": {single: dict(workflow="single", warm_pair="parallel", algos=["srpo"])}})
     assert pair_algos(PRESETS["compare-mini"], *team) == ["srpo", "grpo", "srpo_sum",
                                                           "srpo_mean"]

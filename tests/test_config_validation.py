@@ -98,6 +98,9 @@ def test_a_config_json_from_before_the_sections_still_loads():
     from srpo_agents.config import SECTIONS, TrainConfig
 
     recorded = json.loads((Path(__file__).parent / "config_before_sections.json").read_text())
+    # issue 60 replaced the unit count by an episode count (REMOVED_SETTINGS); 0 meant
+    # one step per epoch under both
+    assert recorded.pop("minibatch_units") == 0
     loaded = json.loads(json.dumps(TrainConfig(**recorded).to_dict()))
     assert {k: loaded[k] for k in recorded} == recorded
     new = {"weight_decay": 0.0, "max_staleness": 0, "proximal": "recompute",
@@ -107,7 +110,8 @@ def test_a_config_json_from_before_the_sections_still_loads():
            "vllm_sleep_level": 1, "gradient_checkpointing": False,
            "skip_zero_advantage": False, "fsdp": "", "rollout_worker_gpus": 0.0,
            "rollout_device": "",
-           "weight_sync": "collective", "ray_ranks": 0}
+           "weight_sync": "collective", "ray_ranks": 0, "minibatch_episodes": 0,
+           "token_budget": 0}
     assert {k: loaded[k] for k in set(loaded) - set(recorded)} == new
     # each field is declared in exactly one section
     names = [f.name for section in SECTIONS for f in dataclasses.fields(section)]
@@ -128,7 +132,9 @@ def test_the_learner_section_has_one_bound_per_field():
         assert str(alone.value) == str(whole.value), bad
     config = TrainConfig(lr=3e-4, eps_high=0.28, device="cpu")
     # "auto" decided for the run: hf in float32 in this process samples as the learner
-    assert config.learner() == LearnerConfig(lr=3e-4, eps_high=0.28, pi_old="sampler")
+    # and the token budget of losses that sum tokens: the run's max_new_tokens (48)
+    assert config.learner() == LearnerConfig(lr=3e-4, eps_high=0.28, pi_old="sampler",
+                                             token_budget=48)
 
 
 def test_fsdp_names_its_strategies_and_needs_ranks():

@@ -67,7 +67,7 @@ def test_start_point_rebuilt_earlier_is_reused(tmp_path, monkeypatch):
 
 def _small_run(monkeypatch) -> None:
     for key, value in dict(group_size=2, tasks_per_step=2, eval_tasks=3, eval_k=2,
-                           minibatch_units=2, curve_tasks=2).items():
+                           minibatch_episodes=1, curve_tasks=2).items():
         monkeypatch.setitem(demo.DEMO, key, value)
     monkeypatch.setattr(demo, "SHOW_TASKS", 3)
 

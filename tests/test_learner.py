@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.learning.events import ActionUnit, UnitBatch, build_units, event_atomic_batches
+from srpo_agents.learning.events import ActionUnit, UnitBatch, build_units
 from srpo_agents.learning.learner import Learner, LearnerConfig
 from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS, UnitInfo
 from srpo_agents.rollout.engine import Rollout, RolloutEngine, Sample
@@ -94,9 +94,10 @@ def test_member_rows_never_split_across_minibatches(tiny_dir):
     units = [ActionUnit(UnitInfo("t", f"e{i}", "solve", 0, "", "s", 0.0),
                         [_sample(0, f"a{j}") for j in range(k)]) for i, k in enumerate(sizes)]
     seen = []
-    for batch in event_atomic_batches(units, 2, random.Random(0)):
+    whole = UnitBatch(units, np.zeros(len(units)))
+    for batch in whole.minibatches(2, random.Random(0)):  # two episodes of one unit each
         assert len(batch) <= 2
-        seen += [id(u) for u in batch]
+        seen += [id(u) for u in batch.units]
     assert sorted(seen) == sorted(id(u) for u in units)
     learner = Learner(fresh_policy(tiny_dir), ALGORITHMS["srpo"], LearnerConfig(microbatch_rows=4))
     micro = learner._microbatches(UnitBatch(units, np.arange(len(units), dtype=float)))

@@ -85,7 +85,7 @@ def test_the_reference_is_scored_once_per_update(tiny_dir):
     units, _ = build_units(play(load_policy(str(tiny_dir)), PARALLEL), "set")
     policy = load_policy(str(tiny_dir))
     learner = Learner(policy, ALGORITHMS["srpo"],
-                      LearnerConfig(lr=1e-2, beta=0.5, epochs=2, minibatch_units=3,
+                      LearnerConfig(lr=1e-2, beta=0.5, epochs=2, minibatch_episodes=2,
                                     microbatch_rows=4))
     scored = []
     score = learner.response_logprobs

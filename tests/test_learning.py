@@ -219,7 +219,7 @@ def train_rewards(policy, kind: str, algo: str, steps: int, estimator=None,
     torch.manual_seed(seed)
     generator = copy.deepcopy(policy) if staleness else policy
     engine = RolloutEngine(generator, max_new_tokens=3, seed=seed)
-    learner = Learner(policy, algorithm, LearnerConfig(lr=lr, epochs=2, minibatch_units=32,
+    learner = Learner(policy, algorithm, LearnerConfig(lr=lr, epochs=2, minibatch_episodes=32,
                                                        max_staleness=staleness),
                       seed=seed)
     tasks, group = 8, 8

@@ -56,7 +56,7 @@ def test_the_learners_pass_covers_later_epochs_and_every_minibatch(math_tiny_dir
     policy = load_policy(str(math_tiny_dir))
     units, _ = build_units(rollouts_for(policy, n_tasks=4, group=4), "set")
     learner = Learner(policy, ALGORITHMS["srpo"],
-                      LearnerConfig(lr=1e-3, pi_old="learner", epochs=2, minibatch_units=3,
+                      LearnerConfig(lr=1e-3, pi_old="learner", epochs=2, minibatch_episodes=2,
                                     microbatch_rows=4))
     figures = learner.update(units, forced_advantages(units))
     assert figures["updates"] >= 4

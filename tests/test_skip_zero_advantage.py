@@ -52,9 +52,9 @@ def _zeroed(units) -> np.ndarray:
 
 @pytest.mark.parametrize(("algo", "config"), [
     ("srpo", {}),
-    ("grpo", {"epochs": 2, "minibatch_units": 4}),
+    ("grpo", {"epochs": 2, "minibatch_episodes": 2}),
     ("magrpo", {"pi_old": "learner"}),
-    ("srpo", {"epochs": 2, "minibatch_units": 3, "pi_old": "learner"}),
+    ("srpo", {"epochs": 2, "minibatch_episodes": 2, "pi_old": "learner"}),
 ])
 def test_the_update_is_the_same_without_the_zero_units(math_tiny_dir, algo, config):
     base = load_policy(str(math_tiny_dir))
@@ -73,7 +73,7 @@ def test_the_update_is_the_same_without_the_zero_units(math_tiny_dir, algo, conf
         assert figures["ratio_mean"] == pytest.approx(1.0, abs=1e-3)
         assert full_figures["ratio_mean"] == pytest.approx(1.0, abs=1e-3)
     assert len(grads) == len(full_grads) == (config.get("epochs", 1) if not
-                                            config.get("minibatch_units") else len(grads))
+                                            config.get("minibatch_episodes") else len(grads))
     assert len(grads) >= 1
     for step_grads, full_step in zip(grads, full_grads, strict=True):
         # round-off is relative to the step's gradients: a key bias's true gradient is 0

@@ -20,8 +20,8 @@ transition rewards): SRPO's default, where all events of the G rollouts of a tas
 one advantage group.
 
 Once the advantages are computed, a ``UnitBatch`` (units, one advantage each) is what the
-learner updates on: it cuts the batch into mini-batches of whole units
-(``minibatches``), those into micro-batches, and a micro-batch gives the loss its rows
+learner updates on: it cuts the batch into mini-batches of whole episodes
+(``minibatches``), those into micro-batches of whole units, and a micro-batch gives the loss its rows
 (``samples``), each row's unit (``unit_index``) and each unit's size K.
 """
 
@@ -87,24 +87,6 @@ def build_units(rollouts: Sequence[Rollout], unit: str = "set") -> tuple[list[Ac
     return units, stats
 
 
-def event_atomic_indices(n_units: int, units_per_batch: int,
-                         rng: random.Random) -> Iterator[list[int]]:
-    """Shuffled mini-batches of whole units, as unit indices: a unit's rows never split."""
-    if units_per_batch < 1:
-        raise ValueError(f"units_per_batch={units_per_batch!r}: expected >= 1")
-    order = list(range(n_units))
-    rng.shuffle(order)
-    for start in range(0, len(order), units_per_batch):
-        yield order[start:start + units_per_batch]
-
-
-def event_atomic_batches(units: Sequence[ActionUnit], units_per_batch: int,
-                         rng: random.Random) -> Iterator[list[ActionUnit]]:
-    """Shuffled mini-batches of whole units: a unit's member rows never split."""
-    for index in event_atomic_indices(len(units), units_per_batch, rng):
-        yield [units[i] for i in index]
-
-
 @dataclass
 class UnitBatch:
     """Action units with one advantage each: an update's batch, or a mini- or micro-batch
@@ -125,10 +107,31 @@ class UnitBatch:
         index = list(index)
         return UnitBatch([self.units[i] for i in index], self.advantages[index])
 
-    def minibatches(self, units_per_batch: int, rng: random.Random) -> Iterator[UnitBatch]:
-        """Shuffled mini-batches of whole units (``event_atomic_batches``' order)."""
-        for index in event_atomic_indices(len(self.units), units_per_batch, rng):
-            yield self.subset(index)
+    def minibatches(self, episodes_per_batch: int, rng: random.Random) -> Iterator[UnitBatch]:
+        """Mini-batches of whole episodes: the episodes in a shuffled order, cut every
+        ``episodes_per_batch``, each mini-batch every unit of its episodes (so every unit
+        whole, every event's members together).
+
+        Sized in episodes, never in units: a unit is a set under SRPO but one output under
+        the per-output baselines, so a count of units gave a K = 3 team's baselines twice
+        SRPO's optimizer steps on the same batch (issue 60). By episodes, every algorithm
+        takes the same steps on the same episodes: the shuffle sees only the episodes'
+        order of first appearance, which the unit forms share."""
+        if episodes_per_batch < 1:
+            raise ValueError(f"episodes_per_batch={episodes_per_batch!r}: expected >= 1")
+        by_episode: dict[str, list[int]] = {}
+        for i, unit in enumerate(self.units):
+            by_episode.setdefault(unit.info.episode_id, []).append(i)
+        episodes = list(by_episode)
+        rng.shuffle(episodes)
+        for start in range(0, len(episodes), episodes_per_batch):
+            yield self.subset([i for episode in episodes[start:start + episodes_per_batch]
+                               for i in by_episode[episode]])
+
+    @property
+    def episodes(self) -> int:
+        """Distinct episodes among the units."""
+        return len({u.info.episode_id for u in self.units})
 
     @property
     def samples(self) -> list:

@@ -9,15 +9,22 @@ Deliberate choices:
   at 0), so at the first epoch the ratio is exactly 1 (up to float
   noise) even for a model with dropout; ``first_epoch_max_abs_log_ratio`` is the largest
   deviation over the first mini-batch, scored before the first optimizer step;
-- one optimizer step per mini-batch; a mini-batch holds whole units and is processed
-  in micro-batches of whole units whose losses are weighted to sum to the mini-batch
-  loss (units for set losses, tokens for token-mean losses), so memory is bounded
-  without changing the objective;
-- the KL term is k3 = exp(ref - logp) - (ref - logp) - 1 with weight ``beta``, averaged
-  at the loss's own level (``objective.reference_kl``: per unit for unit losses, per
-  token for token-mean losses), so the same micro-batch weights make it exact too; the
-  reference scores each row once per update (``_reference_logprobs``), not once per
-  micro-batch of every epoch;
+- one optimizer step per mini-batch; a mini-batch holds whole episodes
+  (``minibatch_episodes``; so every algorithm takes the same steps on the same episodes,
+  whatever its unit) and is processed in micro-batches of whole units whose losses are
+  weighted to sum to the mini-batch loss (units for set losses, tokens for token-mean
+  losses), so memory is bounded without changing the objective;
+- losses that sum tokens within a unit (set losses, MAGRPO's REINFORCE) are divided by
+  the constant ``token_budget`` (the run's ``max_new_tokens``; Dr. GRPO's normalizer), so
+  their gradients sit at a token-mean loss's scale and one ``max_grad_norm`` clips every
+  algorithm alike; a positive constant, it changes no ratio, clip or direction;
+- the KL term is k3 = exp(ref - logp) - (ref - logp) - 1 with weight ``beta``, at the
+  loss's own level (``objective.reference_kl``: each unit's token sum, mean over units,
+  under the same ``token_budget``, for unit losses; the token mean for token-mean
+  losses), so the same micro-batch weights make it exact too; the reference scores each
+  row once per update (``_reference_logprobs``), not once per micro-batch of every epoch;
+- ``grad_norm`` is the mean pre-clip gradient norm of the update's optimizer steps and
+  ``grad_clipped`` the share of them whose norm exceeded ``max_grad_norm``;
 - every reported figure is the mean over the update's mini-batches of that mini-batch's
   figure, computed as if it were one batch: ``loss``, ``kl``, ``clip_fraction`` and
   ``ratio_mean`` at the loss's level (units or tokens), ``approx_kl`` over tokens,
@@ -121,6 +128,9 @@ class Learner:
         self.config = config
         self.loss_fn = POLICY_LOSSES[algorithm.loss]
         self.normalizer = self.loss_fn.averages_over
+        # losses that sum tokens within a unit, divided by the generation budget
+        self.loss_scale = (1.0 / max(config.token_budget, 1) if self.normalizer == "units"
+                           else 1.0)
         self.loss_config = LossConfig(config.eps_low, config.eps_high, algorithm.kappa,
                                       config.behaviour_correction, config.behaviour_cap)
         self._proximal: dict[int, list[float]] = {}  # id(sample) -> pi_prox log-probs
@@ -412,7 +422,8 @@ class Learner:
             ref = self._reference_logprobs(samples) * mask
             kl = reference_kl(logp, ref, mask, unit_index, len(micro), self.normalizer)
             loss = loss + self.config.beta * kl
-            figures["kl"] = float(kl.detach())
+            figures["kl"] = float(kl.detach()) * self.loss_scale
+        loss = loss * self.loss_scale  # 1 for token means; 1 / token_budget for token sums
         figures["loss"] = float(loss.detach())
         return loss, figures, tokens
 
@@ -443,7 +454,7 @@ class Learner:
     def _update(self, units: list[ActionUnit], advantages: np.ndarray) -> dict[str, float]:
         batch = UnitBatch(units, advantages)
         model = self.policy.model
-        size = self.config.minibatch_units or len(units)
+        size = self.config.minibatch_episodes or batch.episodes
         rank, world = _rank_and_world(self.config.data_parallel)
         # every epoch's mini-batches and this rank's micro-batches, drawn up front (the
         # same draws as one epoch at a time), so pi_old can be scored on epoch 0's own
@@ -538,6 +549,8 @@ class Learner:
         out = {k: v / len(grad_norms) for k, v in sums.items()}
         norms = np.array(grad_norms)
         out.update(maxima, updates=len(grad_norms), grad_norm=float(norms.mean()),
+                   grad_norm_max=float(norms.max()),
+                   grad_clipped=float((norms > self.config.max_grad_norm).mean()),
                    update_to_weight=ratio,
                    grad_norm_cv=float(norms.std() / norms.mean()) if norms.mean() > 0 else 0.0,
                    entropy=entropy)

@@ -23,8 +23,10 @@ Deliberate choices: the set log-ratio is computed in log space and clipped once 
 (as the spec says); the per-output baselines use token-level ratios and token-mean
 aggregation, as their papers do; MAGRPO is REINFORCE with a group-mean baseline and no
 ratio. KL to a reference (k3, ``reference_kl``) is added by the learner for every loss,
-averaged at the loss's own level (over units, or over tokens), so a mini-batch split
-into micro-batches weighted by their share of units or tokens gives the same term.
+at the loss's own level (token sums averaged over units, or the token mean), so a
+mini-batch split into micro-batches weighted by their share of units or tokens gives the
+same term. The losses here are the papers' formulas; the learner divides the losses that
+sum tokens by a constant generation budget (``LearnerConfig.token_budget``).
 
 Off-policy data (asynchronous SRPO, ``max_staleness`` >= 1; docs/algorithm.md): the
 ratio's denominator ``logp_old`` is then the proximal policy pi_prox (the weights at the
@@ -324,9 +326,12 @@ def reference_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
     """k3 estimate of KL(pi || pi_ref): exp(d) - d - 1 with d = ref - logp, per token.
 
     ``per="tokens"`` (token-mean losses): the mean over every response token.
-    ``per="units"`` (losses that average over units: sets, single outputs, MAGRPO's
-    sequences): each unit's token mean (its members' tokens pooled), then the mean over
-    units, so a long response does not weigh more in the penalty than in the loss.
+    ``per="units"`` (losses that average over units of summed tokens: sets, single
+    outputs, MAGRPO's sequences): each unit's token sum (its members' tokens pooled),
+    then the mean over units: the level of the loss's own term, a sum of log-ratios over
+    the unit's tokens (the learner divides both by ``token_budget``). Before issue 60 it
+    was each unit's token mean, so beta weighed about 1/(mean length) as much against a
+    set loss as against a token-mean one.
     Either way the term is a mean at the level the loss averages at: micro-batches
     weighted by their share of that level add up to the mini-batch's term exactly."""
     delta = (ref_logp - logp) * mask
@@ -336,9 +341,7 @@ def reference_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
     if per != "units":
         raise ValueError(f"per={per!r}: expected 'tokens' or 'units'")
     zeros = torch.zeros(n_units, dtype=k3.dtype, device=k3.device)
-    unit_k3 = zeros.index_add(0, unit_index, k3.sum(dim=1))
-    unit_tokens = zeros.index_add(0, unit_index, mask.sum(dim=1).to(k3.dtype))
-    return (unit_k3 / unit_tokens.clamp(min=1)).mean()
+    return zeros.index_add(0, unit_index, k3.sum(dim=1)).mean()
 
 
 @dataclass(frozen=True)

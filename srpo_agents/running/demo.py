@@ -68,7 +68,7 @@ START = dict(env=ENV, workflow=WORKFLOW, compact_prompts=True, **track_settings(
 with seed 0 whatever the demo's seed (the seed moves the RL run, not its start)."""
 
 DEMO = dict(START, algo="srpo", steps=50, group_size=8, tasks_per_step=16, lr=6e-5,
-            epochs=1, minibatch_units=64, eps_high=0.28, eval_tasks=500, eval_k=4,
+            epochs=1, minibatch_episodes=16, eps_high=0.28, eval_tasks=500, eval_k=4,
             eval_every=10, curve_tasks=100, save_every=0)
 """The RL run: the harness's search_compare settings (``benchmarks/harness.py``) but
 for ``steps`` and ``lr``, chosen on seeds 10 and 11 (``benchmarks/results/demo_seeds.md``)."""
@@ -86,7 +86,7 @@ def setting_text(config: TrainConfig) -> str:
     size = sum(f.stat().st_size for f in start.iterdir()) / 1e6 if start.is_dir() else 0.0
     return (f"{config.env} {config.workflow}, {config.algo}, {config.steps} steps of "
             f"{config.tasks_per_step} questions x G={config.group_size}, lr {config.lr:g}, "
-            f"{config.epochs} epoch in mini-batches of {config.minibatch_units} units, "
+            f"{config.epochs} epoch in mini-batches of {config.minibatch_episodes} episodes, "
             f"eps_high {config.eps_high}, at most {config.max_new_tokens} new tokens a turn, "
             f"held-out {config.eval_tasks} questions x k={config.eval_k}; start point "
             f"{start.parent.name}/{start.name} ({size:.1f} MB)")

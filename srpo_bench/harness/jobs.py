@@ -28,6 +28,10 @@ def run_rows(config: TrainConfig, summary: dict, run_dir: Path, label: str = "")
               "grad_norm_cv": statistics.pstdev(norms) / mean_norm if mean_norm else 0.0,
               "mean_set_size": statistics.mean(s["mean_set_size"] for s in steps) if steps else 0.0,
               "events_dropped": sum(s["events_dropped"] for s in steps),
+              # issue 60: equal steps and one clip rule, checkable per run
+              "optimizer_steps": sum(s.get("updates", 0) for s in steps),
+              "grad_clipped": _clipped_share(steps), "grad_norm_mean": mean_norm,
+              "n_agents": config.n_agents,
               "train_accuracy": [s["accuracy"] for s in steps],
               "wall_time_s": summary.get("wall_time_s", 0.0)}
     clips = [s["clip_fraction_by_update"] for s in steps if s.get("clip_fraction_by_update")]
@@ -49,6 +53,16 @@ def run_rows(config: TrainConfig, summary: dict, run_dir: Path, label: str = "")
         rows.append({**common, "checkpoint": checkpoint, **result,
                      "correct_per_million_tokens": utility})
     return rows
+
+
+def _clipped_share(steps: list[dict]) -> float | None:
+    """The share of the run's optimizer steps whose pre-clip gradient norm exceeded
+    ``max_grad_norm`` (None for runs logged before ``grad_clipped`` existed)."""
+    logged = [s for s in steps if "grad_clipped" in s and s.get("updates")]
+    if not logged:
+        return None
+    return sum(s["grad_clipped"] * s["updates"] for s in logged) / sum(
+        s["updates"] for s in logged)
 
 
 same_config = holds_config  # re-exported: the harness's name for it

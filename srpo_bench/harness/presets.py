@@ -21,7 +21,7 @@ KAPPA_ABLATION = ("srpo", "srpo_sum", "srpo_mean")  # kappa = 1/sqrt K, 1, 1/K
 # Countdown on the tiny policy: the routing preset's settings (16 new tokens: an answer
 # over two or three numbers is short), levels 0 and 1 (two and three numbers 1-9).
 COUNTDOWN_BASE = dict(model="tiny", steps=40, group_size=8, tasks_per_step=16, lr=3e-5,
-                      epochs=1, minibatch_units=64, eps_high=0.28, difficulty=(0, 1),
+                      epochs=1, minibatch_episodes=32, eps_high=0.28, difficulty=(0, 1),
                       max_new_tokens=16, eval_tasks=500, eval_k=4, n_agents=3,
                       warmstart_steps=400, warmstart_decay=True, warmstart_minutes=60.0,
                       warmstart_target=1.0, warmstart_skill=0.5)
@@ -46,16 +46,55 @@ SEARCH = "SRPO-Search-v0"
 # (the path is relative to the repository root, where the harness runs).
 SEARCH_WARM_ROOT = WARM_ROOT
 # The math demo's RL settings on the search track: 16 questions x G=8 per step, one epoch
-# in mini-batches of 64 units, lr 3e-5, clip-higher; 500 held-out questions x k=4.
+# in mini-batches of 32 episodes (4 optimizer steps), lr 3e-5, clip-higher; 500 held-out
+# questions x k=4.
 SEARCH_RL = {**{k: MATH_DEMO[k] for k in ("group_size", "tasks_per_step", "lr", "epochs",
-                                          "minibatch_units", "eps_high")},
+                                          "minibatch_episodes", "eps_high")},
              "eval_tasks": 500, "eval_k": 4}
 SEARCH_VARIANTS = {
     (SEARCH, "search_answer_verify"): track_settings("search_answer_verify"),
     (SEARCH, "routed"): track_settings("routed"),
     (SEARCH, "parallel"): {**track_settings("routed"), "workflow": "parallel",
                            "warm_pair": "routed"}}
+# Issue 60, fair by construction: every algorithm on four team pairs with the same
+# optimizer steps on the same episodes (mini-batches of 32 of a step's 128 episodes: 4
+# steps a batch, so ratios differ from 1 after the first), one clip rule (the token budget
+# divides the losses that sum tokens) and held-out tasks disjoint from training by
+# computation. Declared before any of its runs: the compare preset's settings (the math
+# demo's, lr 3e-5, 60 steps, 16 tasks x G = 8, k = 4) but for the math levels: level 0's
+# test split holds only 34 computations now, so math mixes levels 0 and 1 (188 test
+# computations, every one of them scored), as Countdown already did (500). Search: the
+# parallel team of the search track (2 searchers, then the aggregator) from its committed
+# routed warm start. "same_as": baselines identical by construction on a pair
+# (tests/test_compare.py), run once.
+FAIR_TEAMS = [("SRPO-Math-v0", "parallel"), ("SRPO-Math-v0", "solve_verify"),
+              ("SRPO-Countdown-v0", "parallel"), (SEARCH, "parallel")]
+FAIR_SAME_AS = {("SRPO-Math-v0", "parallel"): {"dr_mas": "grpo", "at_grpo": "grpo"},
+                ("SRPO-Math-v0", "solve_verify"): {"srpo_sum": "srpo", "srpo_mean": "srpo",
+                                                   "srpo_singleton": "srpo"},
+                ("SRPO-Countdown-v0", "parallel"): {"dr_mas": "grpo", "at_grpo": "grpo"}}
+FAIR_BASE = {**COMPARE_BASE, "minibatch_episodes": 32, "epochs": 1}
+FAIR_OVERRIDES = {"SRPO-Math-v0": dict(difficulty=(0, 1)),
+                  "SRPO-Countdown-v0": dict(difficulty=(0, 1), max_new_tokens=16),
+                  SEARCH: {k: v for k, v in SEARCH_VARIANTS[(SEARCH, "parallel")].items()
+                           if k not in ("workflow", "warm_pair")}}
 PRESETS: dict[str, dict[str, Any]] = {
+    "fair": {"pairs": FAIR_TEAMS, "team_pairs": FAIR_TEAMS, "algos": COMPARE_ORDER,
+             "seeds": [0, 1, 2], "same_as": FAIR_SAME_AS, "base": FAIR_BASE,
+             "overrides": FAIR_OVERRIDES, "warm_root": {SEARCH: SEARCH_WARM_ROOT},
+             "variants": {(SEARCH, "parallel"): {"warm_pair": "routed"}}},
+    # Issue 60, item 5: the paper's kappa ablation on the tiny search team, K = 5
+    # searchers in parallel (then the aggregator): one output per event, sum, mean and
+    # 1/sqrt(K), paired, 3 seeds, 4 optimizer steps a batch; the fair preset's settings,
+    # from the search track's routed warm start. Declared before its runs.
+    "fair_k5": {"pairs": [(SEARCH, "parallel")], "team_pairs": [(SEARCH, "parallel")],
+                "algos": ["srpo", "srpo_singleton", "srpo_sum", "srpo_mean"],
+                "seeds": [0, 1, 2], "base": FAIR_BASE,
+                # five searchers on the run only: the warm start is the track's routed
+                # team of two (its searcher prompt does not name the searcher)
+                "overrides": {SEARCH: FAIR_OVERRIDES[SEARCH]},
+                "warm_root": {SEARCH: SEARCH_WARM_ROOT},
+                "variants": {(SEARCH, "parallel"): {"warm_pair": "routed", "n_agents": 5}}},
     "smoke": {"pairs": [("SRPO-Math-v0", "parallel")], "algos": ["srpo", "grpo"],
               "seeds": [0], "base": dict(model="fresh-tiny", steps=2, group_size=2,
                                          tasks_per_step=2, eval_tasks=4, eval_k=2,
@@ -96,7 +135,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                                          ("routed+cost", "K=1"), ("routed", "routed+cost"),
                                          ("K=1", k_max))],
                 "base": dict(model="tiny", steps=40, group_size=8, tasks_per_step=16,
-                             lr=3e-5, epochs=1, minibatch_units=64, eps_high=0.28,
+                             lr=3e-5, epochs=1, minibatch_episodes=32, eps_high=0.28,
                              difficulty=(0, 1), max_new_tokens=32, eval_tasks=500, eval_k=4,
                              n_agents=3, warmstart_steps=400, warmstart_decay=True,
                              warmstart_minutes=60.0, warmstart_target=1.0,

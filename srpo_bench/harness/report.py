@@ -88,8 +88,9 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
              + "; ".join(f"{e} {w}: {s} steps, {n} held-out tasks" for e, w, s, n in budgets)
              + ".", "",
              "| env | workflow | algo | avg@k | pass@k | tokens/task | tool calls/task | "
-             "correct/M tokens | grad-norm CV | mean set size | events dropped |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "correct/M tokens | grad-norm CV | mean set size | events dropped | "
+             "optimizer steps | clipped |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for pair in pairs:
         start = _start_rows(rows, pair)
         groups = [("start", start)] + [(a, _pair_rows(rows, pair, a, "after")) for a in algos]
@@ -109,8 +110,9 @@ def write_table(rows: list[dict], path: Path, command: str, seconds: float = 0.0
                 f"{statistics.mean(col('tool_calls_per_task')):.2f} | "
                 f"{statistics.mean(col('correct_per_million_tokens')):,.0f} | "
                 + (f"{statistics.mean(col('grad_norm_cv')):.2f} | "
-                   f"{statistics.mean(col('mean_set_size')):.2f} | {sum(col('events_dropped'))} |"
-                   if trained else "| | |"))
+                   f"{statistics.mean(col('mean_set_size')):.2f} | {sum(col('events_dropped'))} | "
+                   f"{_steps_and_clipped(sel)} |"
+                   if trained else "| | | | |"))
     # Only pairs every algorithm ran, so each average is over the same pairs.
     common = [p for p in pairs if all(_pair_rows(rows, p, a, "after") for a in algos)]
     if common:
@@ -349,3 +351,13 @@ def retable(folder: Path) -> None:
                 seconds, [c for c in preset.get("compare", [])
                           if c[0] in {e for e, _ in preset["pairs"]}],
                 extra, note, twin_floors(rows, preset), machine)
+
+
+def _steps_and_clipped(rows: list[dict]) -> str:
+    """"optimizer steps | clipped" cells: each run's total steps (one number when the
+    seeds agree) and the mean share of steps ``max_grad_norm`` clipped; blank for rows
+    written before issue 60 logged them."""
+    steps = sorted({r["optimizer_steps"] for r in rows if "optimizer_steps" in r})
+    clipped = [r["grad_clipped"] for r in rows if r.get("grad_clipped") is not None]
+    return (("/".join(map(str, steps)) if steps else "") + " | "
+            + (f"{statistics.mean(clipped):.2f}" if clipped else ""))
