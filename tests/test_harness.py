@@ -33,10 +33,14 @@ def test_smoke_preset_writes_results_table_and_plots(tmp_path, monkeypatch):
     assert [json.loads(x) for x in lines] == rows
     required = {"env", "workflow", "algo", "seed", "checkpoint", "avg_at_k", "pass_at_k", "k",
                 "tokens_per_task", "tool_calls_per_task", "correct_per_million_tokens",
-                "grad_norm_cv", "mean_set_size", "events_dropped", "train_tokens"}
+                "grad_norm_cv", "mean_set_size", "events_dropped", "train_tokens",
+                "optimizer_steps", "grad_clipped", "n_agents"}
     for row in rows:
         assert required <= set(row)
         assert 0 <= row["avg_at_k"] <= row["pass_at_k"] <= 1
+        assert 0.0 <= row["grad_clipped"] <= 1.0 and row["n_agents"] == 2
+    # equal steps by construction (issue 60): every algorithm the same optimizer steps
+    assert len({r["optimizer_steps"] for r in rows}) == 1 and rows[0]["optimizer_steps"] > 0
     # identical budget: every run trained all its steps, each on the same number of
     # events (tasks x G episodes; every math-parallel episode is a solver set and an
     # aggregator), read from the runs' own metrics.jsonl
@@ -49,6 +53,7 @@ def test_smoke_preset_writes_results_table_and_plots(tmp_path, monkeypatch):
     assert len(set(befores.values())) == 1  # the same starting policy, tasks and seed
     table = (tmp_path / "table.md").read_text()
     assert all(f"| {a} |" in table for a in preset["algos"]) and "Macro average" in table
+    assert "| optimizer steps | clipped |" in table
     for png in ("learning_curves.png", "accuracy_vs_tokens.png"):
         assert (tmp_path / png).stat().st_size > 1000
 
@@ -170,7 +175,8 @@ def test_route_k_by_level_and_the_call_on_harder_tasks():
 
 @pytest.mark.parametrize(("name", "warm_pairs"), [
     ("search_pilot", ["search_answer_verify", "routed"]), ("search_sav", ["search_answer_verify"]),
-    ("search_parallel", ["routed"]), ("routing", ["routed"])])
+    ("search_parallel", ["routed"]), ("routing", ["routed"]), ("fair", ["routed"]),
+    ("fair_k5", ["routed"])])
 def test_the_search_presets_reuse_the_track_s_warm_start(name, warm_pairs, tmp_path,
                                                          monkeypatch):
     """``benchmarks/search_track.py`` builds the search track's warm starts once (about

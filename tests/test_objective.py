@@ -208,9 +208,13 @@ def test_reference_kl_by_hand():
     def k3(d):
         return math.exp(d) - d - 1
 
-    per_unit = [(k3(1.0) + k3(0.5) + k3(-1.0)) / 3, k3(2.0)]
+    # "units": each unit's token sum (the level of a set loss's summed log-ratios), then
+    # the mean over units; a per-unit token mean would give (k3s / 3 + k3(2)) / 2 instead
+    per_unit = [k3(1.0) + k3(0.5) + k3(-1.0), k3(2.0)]
     assert reference_kl(logp, ref, mask, index, 2, "units").item() == pytest.approx(
         sum(per_unit) / 2)
+    assert reference_kl(logp, ref, mask, index, 2, "units").item() != pytest.approx(
+        (per_unit[0] / 3 + per_unit[1]) / 2)
     assert reference_kl(logp, ref, mask, index, 2, "tokens").item() == pytest.approx(
         (k3(1.0) + k3(0.5) + k3(-1.0) + k3(2.0)) / 4)
     assert reference_kl(ref, ref, mask, index, 2, "units").item() == 0.0

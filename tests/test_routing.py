@@ -278,7 +278,7 @@ def test_router_learns_one_agent_for_easy_and_a_team_for_hard(uniform_router):
     torch.manual_seed(0)
     engine = RolloutEngine(uniform_router, max_new_tokens=3, seed=0)
     learner = Learner(uniform_router, algorithm,
-                      LearnerConfig(lr=5e-4, epochs=2, minibatch_episodes=32), seed=0)
+                      LearnerConfig(lr=5e-4, epochs=2, minibatch_episodes=16), seed=0)
     envs = [LevelRouteEnv(seed=i) for i in range(64)]
     start = chosen_k(engine, envs, "start")
     for step in range(20):

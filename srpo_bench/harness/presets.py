@@ -12,6 +12,7 @@ from typing import Any
 from srpo_agents.learning.objective import ALGORITHMS
 from srpo_agents.running.benchmark_sets import default_data_dir
 from srpo_agents.running.search_recipe import WARM_ROOT, track_settings
+from srpo_agents.tiny.config import TinyConfig
 from srpo_bench.math_team import MATH_DEMO
 
 ALL_ALGOS = sorted(ALGORITHMS)
@@ -76,13 +77,18 @@ FAIR_SAME_AS = {("SRPO-Math-v0", "parallel"): {"dr_mas": "grpo", "at_grpo": "grp
 FAIR_BASE = {**COMPARE_BASE, "minibatch_episodes": 32, "epochs": 1}
 FAIR_OVERRIDES = {"SRPO-Math-v0": dict(difficulty=(0, 1)),
                   "SRPO-Countdown-v0": dict(difficulty=(0, 1), max_new_tokens=16),
-                  SEARCH: {k: v for k, v in SEARCH_VARIANTS[(SEARCH, "parallel")].items()
-                           if k not in ("workflow", "warm_pair")}}
+                  # the track's warm-start skill, not the math demo's (its warm start is
+                  # the committed one: tests/test_harness.py checks the key)
+                  SEARCH: {"warmstart_skill": TinyConfig.warmstart_skill,
+                           **{k: v for k, v in SEARCH_VARIANTS[(SEARCH, "parallel")].items()
+                              if k not in ("workflow", "warm_pair")}}}
 PRESETS: dict[str, dict[str, Any]] = {
     "fair": {"pairs": FAIR_TEAMS, "team_pairs": FAIR_TEAMS, "algos": COMPARE_ORDER,
              "seeds": [0, 1, 2], "same_as": FAIR_SAME_AS, "base": FAIR_BASE,
              "overrides": FAIR_OVERRIDES, "warm_root": {SEARCH: SEARCH_WARM_ROOT},
-             "variants": {(SEARCH, "parallel"): {"warm_pair": "routed"}}},
+             # the routed warm start's own settings, as search_parallel has them
+             "variants": {(SEARCH, "routed"): SEARCH_VARIANTS[(SEARCH, "routed")],
+                          (SEARCH, "parallel"): {"warm_pair": "routed"}}},
     # Issue 60, item 5: the paper's kappa ablation on the tiny search team, K = 5
     # searchers in parallel (then the aggregator): one output per event, sum, mean and
     # 1/sqrt(K), paired, 3 seeds, 4 optimizer steps a batch; the fair preset's settings,
@@ -94,7 +100,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                 # team of two (its searcher prompt does not name the searcher)
                 "overrides": {SEARCH: FAIR_OVERRIDES[SEARCH]},
                 "warm_root": {SEARCH: SEARCH_WARM_ROOT},
-                "variants": {(SEARCH, "parallel"): {"warm_pair": "routed", "n_agents": 5}}},
+                "variants": {(SEARCH, "routed"): SEARCH_VARIANTS[(SEARCH, "routed")],
+                             (SEARCH, "parallel"): {"warm_pair": "routed", "n_agents": 5}}},
     "smoke": {"pairs": [("SRPO-Math-v0", "parallel")], "algos": ["srpo", "grpo"],
               "seeds": [0], "base": dict(model="fresh-tiny", steps=2, group_size=2,
                                          tasks_per_step=2, eval_tasks=4, eval_k=2,
