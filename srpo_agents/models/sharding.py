@@ -109,6 +109,15 @@ def shard(model: torch.nn.Module, strategy: str,
     for module in _fsdp_modules(model):
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)
+        # A rank whose micro-batch has no row of some role leaves that role's adapter
+        # without a gradient, and a block's reduce-scatter then differs in size between
+        # the ranks (gloo: "a distributed collective mismatch"). Zeros for the unused
+        # trainable parameters keep every rank's collective the same. Where no rank used
+        # an adapter in a mini-batch, its gradient is 0 where one process leaves it None
+        # (AdamW then moves it by its moments alone): mini-batches of whole team episodes
+        # hold every role.
+        if hasattr(module, "set_reduce_scatter_unused_params"):  # absent from older torch
+            module.set_reduce_scatter_unused_params(True, recurse=False)
     return model
 
 
