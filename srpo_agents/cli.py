@@ -261,6 +261,22 @@ def apply_quick(args: argparse.Namespace) -> list[str]:
     return applied
 
 
+def apply_train_eval_sizes(args: argparse.Namespace) -> str:
+    """``srpo train``'s held-out sizes for the machine (``plan.TRAIN_EVAL_SIZES``) when
+    neither ``--eval-tasks`` nor ``--eval-k`` is typed or in the run file (nor set by
+    ``--quick``); returns the machine's name when it set them, else ""."""
+    from srpo_agents.models.policy import resolve_device
+    from srpo_agents.running.plan import TRAIN_EVAL_SIZES
+
+    typed = _typed(args)
+    given = (set(QUICK) if args.quick else set()) | getattr(args, "file_keys", set())
+    if typed is None or {"eval_tasks", "eval_k"} & (typed | given):
+        return ""
+    machine = "cpu" if resolve_device(args.device) == "cpu" else "accelerator"
+    args.eval_tasks, args.eval_k = TRAIN_EVAL_SIZES[machine]
+    return machine
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from srpo_agents.running.train import train
 
@@ -275,7 +291,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"--quick: model {args.model} ({whose}); "
               + ", ".join(f"{n}={getattr(args, n)}" for n in applied)
               + (f" (typed flags kept: {typed})" if typed else ""), file=sys.stderr)
+    sized = apply_train_eval_sizes(args)
     config = config_from_args(args)
+    if sized:
+        print(f"held-out {config.eval_tasks} tasks x k={config.eval_k} before and after: "
+              f"{sized}'s defaults (--eval-tasks and --eval-k change them)", file=sys.stderr)
     if config.ray_ranks and "RANK" not in os.environ:  # the launcher; its ranks have RANK
         from srpo_agents.running.ray_ranks import launch
 

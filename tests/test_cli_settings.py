@@ -19,6 +19,7 @@ from srpo_agents import cli
 from srpo_agents.cli import build_parser, main, recorded_config, sampling_config, typed_flags
 from srpo_agents.config import TrainConfig
 from srpo_agents.running import checkpoint
+from srpo_agents.running.plan import TRAIN_EVAL_SIZES
 from srpo_agents.tiny import build_tiny_policy
 from srpo_envs import registry
 
@@ -244,6 +245,22 @@ def test_quick_sets_the_preset_and_typed_flags_keep_their_values():
     assert cli.config_from_args(real).model == "smollm2-135m-instruct"
 
 
+def test_train_sizes_its_evaluations_for_the_machine_unless_told():
+    args = parsed(["train", "--device", "cpu"])
+    assert cli.apply_train_eval_sizes(args) == "cpu"
+    config = cli.config_from_args(args)
+    assert (config.eval_tasks, config.eval_k) == TRAIN_EVAL_SIZES["cpu"] == (200, 2)
+    typed = parsed(["train", "--device", "cpu", "--eval-k", "8"])
+    assert cli.apply_train_eval_sizes(typed) == ""
+    assert (cli.config_from_args(typed).eval_tasks, typed.eval_k) == (200, 8)
+    quick = parsed(["train", "--quick", "--device", "cpu"])
+    cli.apply_quick(quick)
+    assert cli.apply_train_eval_sizes(quick) == ""  # --quick's own sizes stay
+    assert (quick.eval_tasks, quick.eval_k) == (4, 2)
+    untracked = build_parser().parse_args(["train"])  # built by code: no typed flags known
+    assert cli.apply_train_eval_sizes(untracked) == "" and untracked.eval_k == 8
+
+
 def test_tiny_flags_go_to_the_tiny_model_only():
     config = cli.config_from_args(parsed(["train", "--model", "tiny", "--tiny-vocab", "300"]))
     assert config.model_options["tiny_vocab"] == 300
@@ -270,12 +287,21 @@ def quick_run(tmp_path_factory):
                        "tiny", "--out", str(root / "run")], root)
     assert "--quick: model tiny (typed)" in result.stderr
     assert result.returncode == 0, result.stderr[-3000:]
+    plan = result.stdout + result.stderr
+    assert "plan on cpu" in plan and "1 steps x 2 tasks x G=2 = 4 training episodes" in plan
+    assert plan.index("plan on cpu") < plan.index("estimate: a step") < plan.index("step 1/1")
     return root / "run"
 
 
 @pytest.mark.slow
 def test_a_quick_run_completes_with_the_preset_and_the_typed_flags(quick_run):
-    config = json.loads((quick_run / "summary.json").read_text())["config"]
+    summary = json.loads((quick_run / "summary.json").read_text())
+    config = summary["config"]
+    # the plan and its estimate, made from the "before" evaluation and a timed update
+    estimate = summary["estimate"]
+    assert estimate["probe"]["rows"] > 0 and estimate["probe"]["seconds"] > 0
+    assert estimate["total_s"] >= estimate["after_s"] > 0
+    assert estimate["step_update_s"] > 0 and estimate["seconds_per_episode"] > 0
     assert (config["steps"], config["n_agents"], config["group_size"],
             config["tasks_per_step"], config["max_new_tokens"]) == (1, 2, 2, 2, 16)
     assert config["model"] == "tiny" and config["model_options"]["warmstart_batch_size"] == 16

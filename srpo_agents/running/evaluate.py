@@ -104,7 +104,8 @@ def run_tasks(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int]
 
 def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int], k: int,
              tag: str = "eval", votes: bool = False, progress: str = "",
-             chunk_size: int | None = None, log=None) -> dict[str, Any]:
+             chunk_size: int | None = None, log=None, keep: list | None = None
+             ) -> dict[str, Any]:
     """Run ``k`` episodes of each task on the given env pool (reused in chunks).
 
     Teams with a parallel event also get ``solver_majority`` (the share of episodes in
@@ -114,7 +115,7 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
     ``progress``: the label of the progress over the episodes (none when empty): a bar in
     a terminal, else a line to ``log`` (stderr by default) every 30 s. ``chunk_size``:
     most episodes played at once (default: the pool's size); smaller chunks update the
-    progress more often."""
+    progress more often. ``keep``: a list the played episodes are added to."""
     correct: dict[int, list[bool]] = {t: [] for t in task_indices}
     keys: dict[int, list[str | None]] = {t: [] for t in task_indices}
     tokens, calls, em, f1, played, solvers, boxes = [], [], [], [], [], [], []
@@ -149,6 +150,8 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
             f1.append(float(final.get("f1", 0.0)))
     if shown is not None:
         shown.close()
+    if keep is not None:
+        keep.extend(played)
     per_task_avg = np.array([np.mean(v) for v in correct.values()])
     per_task_pass = np.array([float(any(v)) for v in correct.values()])
     n = len(per_task_avg)

@@ -44,6 +44,7 @@ from srpo_agents.running.metrics_log import (
     read_metrics_rows,
     write_json_lines_atomic,
 )
+from srpo_agents.running.plan import estimate, estimate_line, plan_line
 from srpo_agents.running.plots import plot_curve
 from srpo_agents.running.progress import bar, duration
 from srpo_agents.running.routing_stats import plot_routing
@@ -109,6 +110,7 @@ class TrainingRun:
     start_step: int = 0
     updates_total: int = 0
     eval_seconds: float = 0.0             # the before and after evaluations
+    estimate: dict | None = None          # plan.estimate, made after the "before" one
     # seconds the run spent before this invocation, up to the checkpoint it resumed from
     # (work redone after a kill is not counted twice)
     wall_earlier: float = 0.0
@@ -159,6 +161,7 @@ class TrainingRun:
         if rank:
             torch.distributed.barrier()  # rank 0 builds (or finds) the warm start first
         policy, warm = prepare_policy(config, run_dir, log)
+        log(plan_line(config, next(policy.model.parameters()).device.type))
         if config.dtype.startswith("pure-"):
             log(f"dtype {config.dtype}: the weights and the AdamW state are 16-bit, so most "
                 f"small updates round away (metrics.jsonl's update_to_weight shows how "
@@ -221,6 +224,7 @@ class TrainingRun:
         if payload is not None:
             self.start_step = payload["step"]
             self.before = payload["extra"].get("before") or self.before
+            self.estimate = payload["extra"].get("estimate")
             self._restore_async(payload["extra"].get("async"))
             kept = [row for row in read_metrics_rows(self.metrics_path)
                     if row["step"] < self.start_step]
@@ -235,7 +239,9 @@ class TrainingRun:
         elif self.metrics_path.exists():
             self.metrics_path.unlink()
         if self.before is None:
-            self.before = self._test("before")
+            played: list = []
+            self.before = self._test("before", keep=played)
+            self._estimate(played)
         if self.start_step:
             rows = read_metrics_rows(self.metrics_path)
             self.updates_total = rows[-1].get("updates_total", 0) if rows else 0
@@ -247,17 +253,29 @@ class TrainingRun:
             if not self.start_step:
                 self.board.evaluation("before", self.before, 0)
 
-    def _evaluate(self, tag: str, envs: list, indices: list[int]) -> tuple[dict, float]:
+    def _estimate(self, played: list) -> None:
+        """The time to go (``plan.estimate``), measured on the "before" evaluation that
+        just ran; under data parallelism its probe would be a collective of one rank,
+        so none is made there."""
+        if self.world > 1 or not played:
+            return
+        name = SHARED if SHARED in self.learners else next(iter(self.learners))
+        self.estimate = estimate(self.config, self.before, self.eval_seconds, played,
+                                 self.learners[name], self.algorithm)
+        self.log(estimate_line(self.estimate, self.config.steps - self.start_step))
+
+    def _evaluate(self, tag: str, envs: list, indices: list[int], keep: list | None = None
+                  ) -> tuple[dict, float]:
         tick = time.monotonic()
         # a bar for the test evaluations before and after (the train bar covers the rest)
         label = f"held-out {tag}" if tag in ("before", "after") else ""
         # each episode's vote too: a majority vote of the trained policy at equal tokens
         result = evaluate(self.engine, envs, indices, self.config.eval_k, tag=tag,
-                          progress=label, votes=True)
+                          progress=label, votes=True, keep=keep)
         return result, time.monotonic() - tick
 
-    def _test(self, tag: str) -> dict:
-        result, spent = self._evaluate(tag, *self.test)
+    def _test(self, tag: str, keep: list | None = None) -> dict:
+        result, spent = self._evaluate(tag, *self.test, keep=keep)
         self.eval_seconds += spent
         k = self.config.eval_k
         self.log(f"{tag}: avg@{k} {result['avg_at_k']:.3f} (+-{result['avg_at_k_stderr']:.3f}), "
@@ -424,7 +442,7 @@ class TrainingRun:
         return self.wall_earlier + time.monotonic() - self.started
 
     def save(self, step: int) -> None:
-        extra = {"before": self.before, "wall_s": self.wall(),
+        extra = {"before": self.before, "estimate": self.estimate, "wall_s": self.wall(),
                  "eval_seconds": self.eval_seconds}
         if self.config.max_staleness:
             extra["async"] = self._drain()
@@ -462,6 +480,7 @@ class TrainingRun:
             f"{difference['pass_at_k']:+.3f} +- {difference['pass_at_k_stderr']:.3f}")
         wall = self.wall()
         summary = {"config": config.to_dict(), "warm_start": self.warm, "before": self.before,
+                   "estimate": self.estimate,
                    "after": after, "difference": difference,
                    "time_breakdown": time_breakdown(self.metrics_path, self.warm,
                                                     self.eval_seconds, wall),
