@@ -73,6 +73,34 @@ def test_the_unit_forms_share_each_mini_batchs_episodes(team_rollouts):
     assert [len(e) for e in by_set] == [3, 3, 3, 3, 3, 1]
 
 
+def test_task_mini_batches_hold_whole_groups_and_the_same_steps(math_tiny_dir, team_rollouts):
+    """minibatch_by "task": every episode once, each task's episodes side by side (a
+    mini-batch of 4 is one whole group here), the unit forms cut alike, and every
+    algorithm still takes the same optimizer steps; the episode order is the seed's."""
+    def cut(unit, by, seed=7):
+        units, _ = build_units(team_rollouts, unit)
+        batch = UnitBatch(units, np.zeros(len(units)))
+        return [sorted({u.info.episode_id for u in mini.units})
+                for mini in batch.minibatches(GROUP, random.Random(seed), by)]
+
+    by_task = cut("set", "task")
+    assert by_task == cut("output", "task")
+    assert sorted(e for mini in by_task for e in mini) == sorted(
+        f"t{t}-g{g}" for t in range(TASKS) for g in range(GROUP))
+    assert all(len({e.split("-")[0] for e in mini}) == 1 for mini in by_task)  # one task
+    assert [mini[0] for mini in by_task] != [mini[0] for mini in cut("set", "task", seed=8)]
+    assert any(len({e.split("-")[0] for e in mini}) > 1 for mini in cut("set", "episode"))
+    for algo in ("srpo", "grpo"):
+        units, _ = build_units(team_rollouts, ALGORITHMS[algo].unit)
+        learner = Learner(load_policy(str(math_tiny_dir)), ALGORITHMS[algo],
+                          LearnerConfig(lr=1e-4, minibatch_episodes=GROUP,
+                                        minibatch_by="task"), seed=0)
+        assert learner.update(units, alternating(units))["updates"] == TASKS
+    with pytest.raises(ValueError, match=r"minibatch_by='group': expected one of episode, "
+                                         r"task"):
+        TrainConfig(model="x", minibatch_by="group")
+
+
 def test_grad_clipped_is_the_share_of_steps_over_the_clip(math_tiny_dir, team_rollouts):
     units, _ = build_units(team_rollouts, "set")
     figures = {}

@@ -30,6 +30,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -107,10 +108,14 @@ class UnitBatch:
         index = list(index)
         return UnitBatch([self.units[i] for i in index], self.advantages[index])
 
-    def minibatches(self, episodes_per_batch: int, rng: random.Random) -> Iterator[UnitBatch]:
+    def minibatches(self, episodes_per_batch: int, rng: random.Random, by: str = "episode"
+                    ) -> Iterator[UnitBatch]:
         """Mini-batches of whole episodes: the episodes in a shuffled order, cut every
         ``episodes_per_batch``, each mini-batch every unit of its episodes (so every unit
-        whole, every event's members together).
+        whole, every event's members together). ``by`` "task": the tasks in a shuffled
+        order instead, each task's episodes side by side (in their first-appearance
+        order), so a mini-batch holds whole groups where the sizes allow and their rows
+        share the task's prompts.
 
         Sized in episodes, never in units: a unit is a set under SRPO but one output under
         the per-output baselines, so a count of units gave a K = 3 team's baselines twice
@@ -120,10 +125,18 @@ class UnitBatch:
         if episodes_per_batch < 1:
             raise ValueError(f"episodes_per_batch={episodes_per_batch!r}: expected >= 1")
         by_episode: dict[str, list[int]] = {}
+        tasks: dict[Any, list[str]] = {}
         for i, unit in enumerate(self.units):
+            if unit.info.episode_id not in by_episode:
+                tasks.setdefault(unit.info.task_id, []).append(unit.info.episode_id)
             by_episode.setdefault(unit.info.episode_id, []).append(i)
-        episodes = list(by_episode)
-        rng.shuffle(episodes)
+        if by == "task":
+            order = list(tasks)
+            rng.shuffle(order)
+            episodes = [episode for task in order for episode in tasks[task]]
+        else:
+            episodes = list(by_episode)
+            rng.shuffle(episodes)
         for start in range(0, len(episodes), episodes_per_batch):
             yield self.subset([i for episode in episodes[start:start + episodes_per_batch]
                                for i in by_episode[episode]])

@@ -459,7 +459,7 @@ class Learner:
         # every epoch's mini-batches and this rank's micro-batches, drawn up front (the
         # same draws as one epoch at a time), so pi_old can be scored on epoch 0's own
         plan = [[(mini, self._microbatches(mini.subset(self._carried(mini, rank, world))))
-                 for mini in batch.minibatches(size, self.rng)]
+                 for mini in batch.minibatches(size, self.rng, self.config.minibatch_by)]
                 for _ in range(self.config.epochs)]
         padding = self._pad_plan(plan, batch) if self.sharded else set()
         proximal_seconds = None

@@ -77,18 +77,19 @@ def update_probe(learner, algorithm, rollouts: list) -> dict | None:
     return {"seconds": seconds, "rows": held}
 
 
-def estimate(config, before: dict, before_seconds: float, rollouts: list, learner,
-             algorithm) -> dict[str, Any]:
+def estimate(config, before_seconds: float, rollouts: list, learner, algorithm
+             ) -> dict[str, Any]:
     """The run's time to go, from the "before" evaluation's rate and an update probe."""
     episodes = max(1, len(rollouts))
     per_episode = before_seconds / episodes
     rows_per_episode = np.mean([len(r.samples) for r in rollouts]) if rollouts else 0.0
     step_episodes = config.tasks_per_step * config.group_size
-    # episodes drawn at random, as an update's mini-batches draw them: played in order,
-    # the evaluation's k episodes of a task would share their prompts more than a
-    # mini-batch's do (a local generator: the run's random numbers are not touched)
-    probe = update_probe(learner, algorithm,
-                         random.Random(0).sample(rollouts, len(rollouts)))
+    # the episodes as an update's mini-batches draw them: each task's together (as the
+    # evaluation played them) with minibatch_by "task", else shuffled, whose rows seldom
+    # share a prompt (a local generator: the run's random numbers are not touched)
+    if learner.config.minibatch_by != "task":
+        rollouts = random.Random(0).sample(rollouts, len(rollouts))
+    probe = update_probe(learner, algorithm, rollouts)
     update = 0.0
     if probe:
         update = (step_episodes * rows_per_episode / probe["rows"] * probe["seconds"]

@@ -260,7 +260,7 @@ class TrainingRun:
         if self.world > 1 or not played:
             return
         name = SHARED if SHARED in self.learners else next(iter(self.learners))
-        self.estimate = estimate(self.config, self.before, self.eval_seconds, played,
+        self.estimate = estimate(self.config, self.eval_seconds, played,
                                  self.learners[name], self.algorithm)
         self.log(estimate_line(self.estimate, self.config.steps - self.start_step))
 
