@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from srpo_agents.running.real_recipe import TEAM, real_config
+from srpo_agents.running.real_recipe import RUN, TEAM, real_config
 from srpo_bench.real_model import CANDIDATES, chosen, config_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -223,3 +223,38 @@ def test_the_docs_hand_command_is_the_demos_run():
     differ = {k: (config[k], demo[k]) for k in demo
               if k != "extra_env_kwargs" and config[k] != demo[k]}
     assert not differ
+
+
+def speed_module():
+    spec = importlib.util.spec_from_file_location(
+        "real_model_speed", REPO / "benchmarks" / "real_model_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_speed_benchmark_s_baseline_is_issue_50_s_recipe_and_levers_change_one_thing():
+    speed = speed_module()
+    base = speed.config_for("baseline", 2, 50, "runs/x").to_dict()
+    recipe = real_config(0, "runs/x", workflow=TEAM, algo="srpo", **RUN).to_dict()
+    same = {"steps", "eval_tasks", "eval_k", "save_every"}
+    assert {k for k in base if base[k] != recipe[k]} <= same
+    for name, changes in speed.CONFIGS.items():
+        lever = speed.config_for(name, 2, 50, "runs/x").to_dict()
+        assert {k for k in lever if lever[k] != base[k]} == set(changes), name
+
+
+def test_the_speed_summary_takes_medians_and_says_what_did_not_run():
+    speed = speed_module()
+    runs = [{"config": name, **dict.fromkeys(speed.FIGURES, value), "dtype": "float32",
+             "backend": "hf", "threads": "2"}
+            for name, value in (("baseline", 10.0), ("baseline", 30.0), ("bf16", 5.0),
+                                ("bf16", 5.0), ("baseline", 20.0))]
+    runs.append({"config": "vllm", "not_run": "no interpreter"})
+    results = {r["config"]: r for r in speed.summarize(runs)}
+    assert results["baseline"]["step_seconds"] == 20.0 and results["baseline"]["rounds"] == 3
+    assert results["bf16"]["step_speedup"] == 4.0 and results["baseline"]["step_speedup"] == 1.0
+    assert results["vllm"] == {"config": "vllm", "not_run": "no interpreter"}
+    lines = speed.table(list(results.values()), type("Args", (), dict(
+        configs=["baseline", "bf16", "vllm"], steps=2, rounds=3, eval_tasks=50, note=""))())
+    assert any(line.startswith("| vllm | not run: no interpreter") for line in lines)
