@@ -246,10 +246,10 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
         "team_pairs") else []
     kept_runs = sorted({(r["env"], r["workflow"], r["algo"], r["seed"],
                          r.get("rollout_seed", 0)) for r in kept if r["checkpoint"] == "after"})
-    note = ("Kept from an earlier invocation into this folder (results.jsonl; their run "
-            "folders are not here): " + ", ".join(
-                f"{w} {a} seed {s}" + (f" twin {t}" if t else "")
-                for _, w, a, s, t in kept_runs) + ".") if kept_runs else ""
+    note = ("Kept from an earlier invocation into this folder (read from results.jsonl, "
+            "not run again): " + ", ".join(
+                f"{e} {w} {a} seed {s}" + (f" twin {t}" if t else "")
+                for e, w, a, s, t in kept_runs) + ".") if kept_runs else ""
     write_table([r for r in rows if not r.get("rollout_seed")], out / "table.md", command,
                 0.0 if report_only else time.monotonic() - started,
                 [c for c in preset.get("compare", []) if c[0] in {e for e, _ in preset["pairs"]}],
