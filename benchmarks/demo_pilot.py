@@ -59,11 +59,19 @@ def pilot_config(name: str, seed: int, out: Path):
                        model=str(COMMITTED_START / "warmstart"), **CANDIDATES[name])
 
 
+def _start_name(model: str) -> str:
+    """The start point whatever checkout holds it: its path from ``benchmarks/`` on (an
+    absolute path differs between clones and worktrees, and a read-back that missed a
+    finished run would start it again in its folder, over its metrics)."""
+    parts = Path(model).resolve().parts
+    return "/".join(parts[parts.index("benchmarks"):]) if "benchmarks" in parts else model
+
+
 def _same(stored: dict, config) -> bool:
     expected = json.loads(json.dumps(config.to_dict()))
     keep = {k: v for k, v in stored.items() if k not in ("out", "model")}
     return (keep == {k: v for k, v in expected.items() if k not in ("out", "model")}
-            and Path(stored["model"]).resolve() == Path(expected["model"]).resolve())
+            and _start_name(stored["model"]) == _start_name(expected["model"]))
 
 
 def run_pilot(name: str, seed: int, out: Path) -> dict:
@@ -131,7 +139,8 @@ def main() -> None:
         keep = RESULTS / pilot["results"] / f"{name}-s{seed}"
         keep.mkdir(parents=True, exist_ok=True)
         for file in ("summary.json", "metrics.jsonl"):
-            shutil.copy(out / f"{name}-s{seed}" / file, keep / file)
+            if (out / f"{name}-s{seed}" / file).is_file():
+                shutil.copy(out / f"{name}-s{seed}" / file, keep / file)
     print("\n".join(lines))
 
 
