@@ -17,8 +17,9 @@ What runs, in order (a progress bar with an ETA for each):
    took 1401 s on 2 cores) before it goes on;
 2. the team's actions: one validation episode, each event's active set printed once;
 3. held-out avg@4 before training (500 test-split questions x 4 samples);
-4. SRPO: ``steps`` steps of 16 questions x G=8 episodes, one epoch of 4 clipped updates
-   per batch, with a validation curve every 10 steps;
+4. SRPO: ``steps`` steps of 16 questions x G=8 episodes, one epoch of 8 clipped updates
+   per batch (mini-batches of two questions' 16 episodes), with a validation curve every
+   10 steps;
 5. held-out avg@4 after, the paired difference with its standard error and a one-line
    verdict, the learning-curve PNG, and one validation question played before and after,
    each role's text side by side.
@@ -68,10 +69,13 @@ START = dict(env=ENV, workflow=WORKFLOW, compact_prompts=True, **track_settings(
 with seed 0 whatever the demo's seed (the seed moves the RL run, not its start)."""
 
 DEMO = dict(START, algo="srpo", steps=50, group_size=8, tasks_per_step=16, lr=6e-5,
-            epochs=1, minibatch_episodes=16, eps_high=0.28, eval_tasks=500, eval_k=4,
-            eval_every=10, curve_tasks=100, save_every=0)
+            epochs=1, minibatch_episodes=16, minibatch_by="task", microbatch_rows=16,
+            eps_high=0.28, eval_tasks=500, eval_k=4, eval_every=10, curve_tasks=100,
+            save_every=0)
 """The RL run: the harness's search_compare settings (``benchmarks/harness.py``) but
-for ``steps`` and ``lr``, chosen on seeds 10 and 11 (``benchmarks/results/demo_seeds.md``)."""
+for ``steps`` and ``lr``, chosen on seeds 10 and 11 (``benchmarks/results/demo_pilot.md``),
+and mini-batches by task in micro-batches of 16 rows, which took the update from 13.8 s
+to 6.1 s on one thread (``demo_levers.md``; by task: ``demo_pilot_61.md``, seeds 10, 11)."""
 
 BAR = (0.05, 3.0)
 """The demo's bar: held-out avg@k after minus before >= 0.05 and >= 3 paired SE."""
@@ -86,7 +90,8 @@ def setting_text(config: TrainConfig) -> str:
     size = sum(f.stat().st_size for f in start.iterdir()) / 1e6 if start.is_dir() else 0.0
     return (f"{config.env} {config.workflow}, {config.algo}, {config.steps} steps of "
             f"{config.tasks_per_step} questions x G={config.group_size}, lr {config.lr:g}, "
-            f"{config.epochs} epoch in mini-batches of {config.minibatch_episodes} episodes, "
+            f"{config.epochs} epoch in mini-batches of {config.minibatch_episodes} episodes "
+            f"by {config.minibatch_by}, "
             f"eps_high {config.eps_high}, at most {config.max_new_tokens} new tokens a turn, "
             f"held-out {config.eval_tasks} questions x k={config.eval_k}; start point "
             f"{start.parent.name}/{start.name} ({size:.1f} MB)")
