@@ -17,12 +17,16 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 
 
-def learns_module():
-    spec = importlib.util.spec_from_file_location(
-        "real_model_learns", REPO / "benchmarks" / "real_model_learns.py")
+def bench_module(name: str):
+    """``benchmarks/<name>.py`` as a module (the benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def learns_module():
+    return bench_module("real_model_learns")
 
 
 def test_the_recipe_is_the_setting_the_candidates_rule_chose():
@@ -226,11 +230,7 @@ def test_the_docs_hand_command_is_the_demos_run():
 
 
 def speed_module():
-    spec = importlib.util.spec_from_file_location(
-        "real_model_speed", REPO / "benchmarks" / "real_model_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("real_model_speed")
 
 
 def test_the_speed_benchmark_s_baseline_is_issue_50_s_recipe_and_levers_change_one_thing():
