@@ -259,6 +259,9 @@ class TrainingRun:
         so none is made there."""
         if self.world > 1 or not played:
             return
+        # a vLLM engine gives the learner its GPU memory before an update (train_step
+        # does the same); the next rollout takes it back
+        getattr(self.engine, "rest", lambda: None)()
         name = SHARED if SHARED in self.learners else next(iter(self.learners))
         self.estimate = estimate(self.config, self.eval_seconds, played,
                                  self.learners[name], self.algorithm)
