@@ -3,9 +3,9 @@
 ``srpo train`` prints the plan as it opens the run and the estimate before its first
 step. The estimate is measured, not looked up: sampling runs at the rate of the run's own
 "before" evaluation (seconds an episode, on this machine, this model and these prompts),
-and the update at the rate of one timed forward and backward of a micro-batch built from
-that evaluation's episodes (no optimizer step: the weights and the AdamW state are left
-as they were). A run's ``summary.json`` keeps the estimate beside its time breakdown, so
+and the update at the rate of a timed forward and backward of two micro-batches built
+from that evaluation's episodes (no optimizer step: the weights and the AdamW state are
+left as they were). A run's ``summary.json`` keeps the estimate beside its time breakdown, so
 the two can be compared.
 """
 
@@ -23,6 +23,7 @@ TRAIN_EVAL_SIZES = {"cpu": (200, 2), "accelerator": (200, 8)}
 set. On 2 CPU cores a SmolLM2 episode takes about a second, so 200 x 8 before and after
 was most of an hour of evaluation; 200 x 2 keeps the tasks (the paired difference's
 precision is mostly theirs) at a quarter of the episodes."""
+
 
 def threads() -> int:
     import torch
