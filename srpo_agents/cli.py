@@ -294,6 +294,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     sized = apply_train_eval_sizes(args)
     config = config_from_args(args)
     if sized:
+        from srpo_agents.models.sources import resolve_model
+
+        resolve_model(config.model)  # a bad --model is the one line printed, as without
         print(f"held-out {config.eval_tasks} tasks x k={config.eval_k} before and after: "
               f"{sized}'s defaults (--eval-tasks and --eval-k change them)", file=sys.stderr)
     if config.ray_ranks and "RANK" not in os.environ:  # the launcher; its ranks have RANK
