@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e ".[test,trl,server,ray,lora,gguf,data]"
+	$(PY) -m pip install --quiet -e ".[test,trl,server,ray,lora,data]"
 	$(PY) -m compileall -q -j 0 $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") > /dev/null || true
 	touch $@
 
@@ -39,7 +39,7 @@ $(VENV_VLLM)/.installed: pyproject.toml
 	$(PY_VLLM) -m pip install --quiet $(TORCH_PIN) --index-url $(TORCH_INDEX)
 	$(PY_VLLM) -m pip install --quiet $(VLLM_PIN)
 	$(PY_VLLM) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
-	$(PY_VLLM) -m pip install --quiet -e ".[test,lora,gguf,ray]"
+	$(PY_VLLM) -m pip install --quiet -e ".[test,lora,ray]"
 	touch $@
 
 # The documentation site's tools (mkdocs.yml); no torch is imported to build it.
@@ -54,14 +54,9 @@ install-test: $(VENV)/.installed-test
 demo: $(VENV)/.installed
 	$(PY) -m srpo_agents.running.demo $(DEMO_ARGS)
 
-# The real-model demo reads SmolLM2's GGUF through the gguf extra.
-$(VENV)/.installed-gguf: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e ".[gguf]"
-	touch $@
-
 # A real pretrained LLM (SmolLM2-135M-Instruct) trained as a math team: about 2 hours on 2
 # cores; run it again to resume. make demo-real DEMO_ARGS="--seed 1"
-demo-real: $(VENV)/.installed-gguf
+demo-real: $(VENV)/.installed
 	$(PY) -m srpo_agents.running.real_demo $(DEMO_ARGS)
 
 lint: $(VENV)/.installed-test

@@ -144,14 +144,14 @@ def config_from_args(args: argparse.Namespace, **overrides) -> TrainConfig:
     """The ``TrainConfig`` of ``srpo train``'s flags; the model source's own flags (the
     tiny model's group) become its ``model_options``. A typed flag of a source that is
     not ``--model``'s is an error that says whose it is."""
-    from srpo_agents.models.sources import PLUGINS, model_source
+    from srpo_agents.models.registry import model_source, plugins
 
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
               if hasattr(args, f.name) and f.name != "model_options"}
     values.update(overrides)
     model = values.get("model", TrainConfig.model)
     typed = _typed(args)
-    for name in PLUGINS:
+    for name in plugins():
         option_type = model_source(name).options
         options = {f.name for f in dataclasses.fields(option_type) if hasattr(args, f.name)}
         if name == model:
@@ -198,7 +198,7 @@ def read_run_file(path: str | Path) -> dict:
     names, ``model_options``, and the model source's options by their flag names. An
     unknown key is an error that names it and the closest valid one. In a run folder's
     own ``config.json`` the keys of ``RUN_DIR_ONLY`` are left out (and it says so)."""
-    from srpo_agents.models.sources import PLUGINS, model_source
+    from srpo_agents.models.registry import model_source, plugins
     from srpo_envs.spelling import closest_match
 
     path = Path(path)
@@ -219,7 +219,7 @@ def read_run_file(path: str | Path) -> dict:
         raise ValueError(f"--config {path}: expected a mapping of settings, got "
                          f"{type(values).__name__}")
     valid = {f.name for f in dataclasses.fields(TrainConfig)}
-    valid |= {f.name for name in PLUGINS for f in dataclasses.fields(model_source(name).options)}
+    valid |= {f.name for name in plugins() for f in dataclasses.fields(model_source(name).options)}
     for key in values:
         if key in REMOVED_SETTINGS and key not in valid:
             raise ValueError(f"--config {path}: setting {key!r} = {values[key]!r} was "
@@ -294,9 +294,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     sized = apply_train_eval_sizes(args)
     config = config_from_args(args)
     if sized:
-        from srpo_agents.models.sources import resolve_model
+        from srpo_agents.models.registry import check_model
 
-        resolve_model(config.model)  # a bad --model is the one line printed, as without
+        check_model(config.model)  # a bad --model is the one line printed, as without
         print(f"held-out {config.eval_tasks} tasks x k={config.eval_k} before and after: "
               f"{sized}'s defaults (--eval-tasks and --eval-k change them)", file=sys.stderr)
     if config.ray_ranks and "RANK" not in os.environ:  # the launcher; its ranks have RANK
@@ -620,10 +620,10 @@ def describe_env(spec) -> str:
 def _source_name(model_path: Path, location: str) -> str:
     """The ``--model`` of a saved folder: a plug-in's name when the folder holds one of
     its models (the tiny model), else the folder or name itself."""
-    from srpo_agents.models.sources import PLUGINS, model_source
+    from srpo_agents.models.registry import model_source, plugins
 
     if model_path.is_dir():
-        for name in PLUGINS:
+        for name in plugins():
             if model_source(name).owns(model_path):
                 return name
     return location

@@ -14,8 +14,8 @@ from srpo_agents.learning.objective import (
     BEHAVIOUR_CORRECTIONS,
 )
 from srpo_agents.models.policy import DTYPES
-from srpo_agents.models.sources import DEFAULT_MODEL, check_options, model_source
-from srpo_agents.rollout.envs import env_kwargs
+from srpo_agents.models.registry import check_options, model_source
+from srpo_agents.models.sources import DEFAULT_MODEL
 from srpo_envs import registry
 from srpo_envs.routing import check_cost
 
@@ -585,7 +585,7 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
         # agent counts, routes, prompts, extra_env_kwargs), here and not at step 1.
         for split in ("train", "validation", "test"):
             try:
-                spec.check_kwargs(env_kwargs(self, split))
+                spec.check_kwargs(self.env_kwargs(split))
             except registry.EnvArgumentError:
                 raise  # names the env and the EnvSpec field already
             except (ValueError, TypeError) as err:
@@ -657,6 +657,27 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
         precision = resolve_precision(self.dtype, resolve_device(self.device))
         return (self.backend == "hf" and not self.hf_compile and not self.rollout_workers
                 and not self.max_staleness and precision.compute == torch.float32)
+
+    def env_kwargs(self, split: str, token_counter=None) -> dict[str, Any]:
+        """The env's constructor arguments for the "train", "validation" or "test" split,
+        through its registered ``EnvSpec`` (any env, built-in or plug-in, the same way).
+        ``token_counter``: counts a text's tokens for the team cost (the policy's
+        tokenizer)."""
+        kwargs = registry.get(self.env).kwargs(self.run_settings(split, token_counter))
+        kwargs.update(self.extra_env_kwargs)
+        return kwargs
+
+    def run_settings(self, split: str, token_counter=None) -> registry.RunSettings:
+        return registry.RunSettings(
+            workflow=self.workflow, split=split, n_agents=self.n_agents,
+            max_turns=self.max_turns,
+            # Dataset files keep their own splits: the training file serves the validation
+            # checks made during training; the test file is read by the final evaluation.
+            dataset=self.dataset if split in ("train", "validation") else self.eval_dataset,
+            compact=self.compact_prompts, max_new_tokens=self.max_new_tokens,
+            difficulty=self.difficulty, corpus=self.corpus, retriever=self.retriever,
+            cost_per_token=self.cost_per_token, cost_per_tool_call=self.cost_per_tool_call,
+            token_counter=token_counter)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -64,12 +64,3 @@ class SetwiseGymEnv(gym.Env):
 
     def close(self):
         self.parallel.close()
-
-
-def make_registered(srpo_env: str, render_mode: str | None = None,
-                    **kwargs: Any) -> SetwiseGymEnv:
-    """The Gymnasium entry point of every registered srpo env (``srpo_envs.registry``):
-    the setwise view of ``srpo_env``'s parallel env built with ``kwargs``."""
-    from srpo_envs.registry import get
-
-    return SetwiseGymEnv(get(srpo_env).make(render_mode=render_mode, **kwargs))

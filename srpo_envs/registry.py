@@ -359,8 +359,16 @@ def _register_gym(name: str) -> None:
     from gymnasium.envs.registration import registry as gym_registry
 
     if name not in gym_registry:
-        gym_register(id=name, entry_point="srpo_envs.gym_view:make_registered",
+        gym_register(id=name, entry_point="srpo_envs.registry:make_gym_env",
                      kwargs={"srpo_env": name})
+
+
+def make_gym_env(srpo_env: str, render_mode: str | None = None, **kwargs: Any):
+    """The Gymnasium entry point of every registered srpo env: the setwise view
+    (``gym_view.SetwiseGymEnv``) of ``srpo_env``'s parallel env built with ``kwargs``."""
+    from srpo_envs.gym_view import SetwiseGymEnv
+
+    return SetwiseGymEnv(get(srpo_env).make(render_mode=render_mode, **kwargs))
 
 
 def discover_plugins() -> list[str]:

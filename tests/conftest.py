@@ -15,6 +15,15 @@ def optional_dependencies() -> dict[str, list[str]]:
             for name, body in re.findall(r"^([\w-]+)\s*=\s*\[(.*?)\]", table, re.M | re.S)}
 
 
+def base_dependencies() -> list[str]:
+    """pyproject.toml's ``[project] dependencies`` (what ``pip install -e .`` installs),
+    by distribution name."""
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    body = re.search(r"^dependencies = \[(.*?)^\]", text, re.M | re.S).group(1)
+    return [re.split(r"[<>=!~\[ ]", req, maxsplit=1)[0]
+            for req in re.findall(r'^\s*"([^"]+)"', body, re.M)]
+
+
 def shared_file(*parts: str) -> Path:
     """A file of ../shared/data, or a skip naming what is missing."""
     path = SHARED_DATA.joinpath(*parts)

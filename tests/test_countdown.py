@@ -9,7 +9,6 @@ from pettingzoo.test import parallel_api_test
 
 import srpo_envs  # noqa: F401  (registers the ids)
 from srpo_agents.config import TrainConfig
-from srpo_agents.rollout.envs import env_kwargs
 from srpo_envs import countdown_v0
 from srpo_envs.countdown_tasks import (
     LEVELS,
@@ -114,6 +113,6 @@ def test_dataset_rows_and_their_errors(tmp_path):
 def test_the_learner_builds_countdown_from_its_spec():
     config = TrainConfig(env="SRPO-Countdown-v0", workflow="parallel", n_agents=4,
                          difficulty=(1,), model="tiny")
-    kwargs = env_kwargs(config, "test")
+    kwargs = config.env_kwargs("test")
     assert kwargs["n_proposers"] == 4 and kwargs["levels"] == (1,)
     assert kwargs["split"] == "test" and kwargs["prompts"] == countdown_v0.COMPACT_PROMPTS

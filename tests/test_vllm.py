@@ -315,7 +315,6 @@ def test_real_model_logprobs_match_the_learner_and_weights_follow(tmp_path):
     """vLLM loads the real model's converted folder; its behaviour log-probs match the
     learner's recomputation on real episodes (chat template, real tokenizer); after one
     learner update the engine samples from the updated weights."""
-    pytest.importorskip("gguf", reason="the gguf extra converts the real model")
     from srpo_agents.config import TrainConfig
     from srpo_agents.models.policy import load_policy
     from srpo_agents.rollout.envs import env_factory

@@ -29,25 +29,11 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:  # annotations only: policy.py imports this module
-    from srpo_agents.models.policy import Policy
-
-
-MANIFEST = "role_adapters.json"
-"""The file that marks a folder of role adapters: the base's name and the roles."""
-
-
-def require_peft():
-    try:
-        import peft
-    except ImportError as err:  # pragma: no cover - the [lora] extra is not installed
-        raise ImportError("per_role_adapters='lora' needs PEFT: pip install 'srpo[lora]' "
-                          "(or pip install peft)") from err
-    return peft
+from srpo_agents.models.policy import Policy, require_peft
+from srpo_agents.models.sources import MANIFEST
 
 
 def lora_config(rank: int, alpha: float, targets: Sequence[str]):
@@ -134,11 +120,6 @@ def save_role_adapters(policy: Policy, directory: Path,
                 "targets": sorted(config.target_modules) if not isinstance(
                     config.target_modules, str) else [config.target_modules]}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-
-
-def is_adapter_folder(path: str | Path) -> bool:
-    """A folder of ``save_role_adapters`` (``srpo_agents.models.policy.load_policy`` loads it)."""
-    return (Path(path) / MANIFEST).is_file()
 
 
 def parameter_counts(policy: Policy) -> dict[str, int]:

@@ -282,8 +282,7 @@ def load_policy(name_or_path: str, *, device: str = "cpu",
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from srpo_agents.models.adapters import is_adapter_folder
-    from srpo_agents.models.sources import resolve_model
+    from srpo_agents.models.sources import is_adapter_folder, resolve_model
 
     name_or_path = resolve_model(str(name_or_path))  # a .gguf or known source: a folder
     if is_adapter_folder(name_or_path):  # a base and one LoRA adapter per role
@@ -307,7 +306,7 @@ def _load_role_adapters(path: Path, *, device: str = "cpu", dtype=None) -> Polic
     """A policy from a folder written by ``adapters.save_role_adapters``: its base (by the
     manifest's name) with every role's adapter, frozen (for sampling; training attaches
     fresh adapters and restores a checkpoint's weights into them)."""
-    from srpo_agents.models.adapters import MANIFEST, require_peft
+    from srpo_agents.models.sources import MANIFEST
 
     peft = require_peft()
     manifest = json.loads((path / MANIFEST).read_text())
@@ -320,6 +319,15 @@ def _load_role_adapters(path: Path, *, device: str = "cpu", dtype=None) -> Polic
     model.to(device)
     return Policy(model=model, tokenizer=plain.tokenizer, name=str(path),
                   adapter_roles=tuple(roles), base_name=manifest["base"])
+
+
+def require_peft():
+    try:
+        import peft
+    except ImportError as err:  # pragma: no cover - the [lora] extra is not installed
+        raise ImportError("per_role_adapters='lora' needs PEFT: pip install 'srpo[lora]' "
+                          "(or pip install peft)") from err
+    return peft
 
 
 class PretrainedSource:

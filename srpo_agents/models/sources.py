@@ -2,7 +2,6 @@
 
 ``resolve_model(name)`` turns what a user typed into something transformers loads:
 
-- ``"tiny"``: the test-scale byte-level model built here (``srpo_agents.tiny``), as is;
 - a local Hugging Face folder (``config.json`` inside), or a folder of role adapters;
 - a ``.gguf`` file: dequantized once by transformers (the ``gguf`` extra) into a plain
   float32 HF folder in the cache, keyed by the file's hash and the transformers version;
@@ -15,15 +14,8 @@ Anything else fails at once with one line (``ModelSourceError``, a ``ValueError`
 was given, what was expected and the closest local match, before a run folder is made.
 The cache is ``$SRPO_CACHE_DIR`` or ``~/.cache/srpo`` (``models/``).
 
-A model that is built rather than loaded is a plug-in (``PLUGINS``, ``model_source``):
-an object with ``options`` (the dataclass of its own settings, which a run records in
-``TrainConfig.model_options``, or None), ``compact_prompts``, ``prepare(config, run_dir,
-log) -> (policy, meta)``, ``rank_options(config)`` (a data-parallel rank's options) and
-``owns(folder)`` (a saved model folder is one of its models, so ``srpo eval`` on it uses
-this source's settings). The
-test-scale ``tiny`` model is the one plug-in here (``srpo_agents.tiny``); every other
-name goes to ``PRETRAINED`` (``policy.PretrainedSource``), which loads what
-``resolve_model`` finds.
+A model that is built rather than loaded (the test-scale ``tiny``) is a plug-in, and
+never reaches this module: ``registry`` finds plug-ins first.
 """
 
 from __future__ import annotations
@@ -127,45 +119,22 @@ HUB_NAME = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 DEFAULT_MODEL = "smollm2-135m-instruct"
 """What ``srpo train`` trains without ``--model``."""
 
-PLUGINS = {"tiny": "srpo_agents.tiny.source:TinySource"}
-"""Model sources by name, as ``module:class`` (imported on first use)."""
+MANIFEST = "role_adapters.json"
+"""The file that marks a folder of role adapters (``adapters.save_role_adapters``): the
+base's name and the roles."""
 
 
-PRETRAINED = "srpo_agents.models.policy:PretrainedSource"
-"""The source of every other name: a pretrained LLM that ``resolve_model`` finds, loaded
-by transformers (named, like the plug-ins, so this module never imports the loader)."""
-
-
-def model_source(name: str):
-    """The source behind ``--model name``: its plug-in, else ``PRETRAINED``."""
-    from importlib import import_module
-
-    module, _, cls = PLUGINS.get(name, PRETRAINED).partition(":")
-    return getattr(import_module(module), cls)()
-
-
-def check_options(name: str, options) -> dict:
-    """``--model name``'s ``model_options``, checked and completed by its source's option
-    class (a source without one takes none)."""
-    source = model_source(name)
-    if source.options is None:
-        if options:
-            raise ValueError(f"model_options={options!r}: --model {name} takes no options "
-                             f"(only {', '.join(PLUGINS)} does)")
-        return {}
-    return source.options.from_options(dict(options or {})).to_dict()
+def is_adapter_folder(path: str | Path) -> bool:
+    """A folder of role adapters, which ``policy.load_policy`` loads with its base."""
+    return (Path(path) / MANIFEST).is_file()
 
 
 def resolve_model(name: str) -> str:
     """What transformers should load for ``--model name`` (see the module docstring)."""
-    if name in PLUGINS:
-        return name
     if name.lower() in KNOWN:
         return str(known_source(name.lower()))
     path = Path(name).expanduser()
     if path.is_dir():
-        from srpo_agents.models.adapters import is_adapter_folder
-
         if (path / "config.json").is_file() or is_adapter_folder(str(path)):
             return str(path)
         if (path / "policy" / "config.json").is_file():  # a run folder
@@ -283,7 +252,8 @@ def convert_gguf(path: Path, folder: Path | None = None) -> Path:
             importlib.import_module(package)
         except ImportError:
             raise ModelSourceError(f"--model {path}: reading a .gguf needs the {package} "
-                                   f"package: pip install 'srpo[gguf]'") from None
+                                   f"package, a dependency of srpo: pip install -e . (or pip "
+                                   f"install {package})") from None
     say(f"converting {path.name} to a float32 model folder (once)...")
     started = time.monotonic()
     import torch

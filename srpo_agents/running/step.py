@@ -18,7 +18,7 @@ from srpo_agents.config import TrainConfig
 from srpo_agents.learning.events import UnitBatch, build_units
 from srpo_agents.learning.learner import Learner
 from srpo_agents.models.policy import Policy
-from srpo_agents.models.sources import model_source
+from srpo_agents.models.registry import model_source
 from srpo_agents.rollout.engine import RolloutEngine, engine_for
 from srpo_agents.rollout.envs import env_factory
 from srpo_agents.running.checkpoint import SHARED

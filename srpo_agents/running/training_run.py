@@ -29,7 +29,7 @@ from srpo_agents.config import TrainConfig
 from srpo_agents.learning.learner import Learner
 from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_agents.models.policy import Policy
-from srpo_agents.models.sources import model_source, resolve_model
+from srpo_agents.models.registry import check_model, model_source
 from srpo_agents.rollout.envs import env_factory
 from srpo_agents.running.checkpoint import (
     SHARED,
@@ -139,7 +139,7 @@ class TrainingRun:
     @classmethod
     def open(cls, config: TrainConfig, log=print, before: dict | None = None) -> TrainingRun:
         check_data(config)
-        resolve_model(config.model)  # a bad --model fails in seconds, before the run folder
+        check_model(config.model)  # a bad --model fails in seconds, before the run folder
         rank, world, root = 0, 1, Path(config.out)
         if config.data_parallel:
             from srpo_agents.learning.learner import init_data_parallel

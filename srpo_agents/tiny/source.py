@@ -54,7 +54,7 @@ class TinySource:
     def owns(folder: Path) -> bool:
         """Whether a saved model folder holds a tiny model (a byte-level vocabulary);
         role adapters: their base decides."""
-        from srpo_agents.models.adapters import MANIFEST
+        from srpo_agents.models.sources import MANIFEST
 
         folder = Path(folder)
         if (folder / MANIFEST).is_file():
@@ -95,13 +95,12 @@ def warm_start_key(config) -> dict[str, Any]:
     """What shapes a run's warm start besides its own settings (``warmstart``): the
     env's arguments for the train and validation splits (workflow, agents, levels,
     prompts, ...) and the hashes of the data files they read."""
-    from srpo_agents.rollout.envs import env_kwargs
     from srpo_agents.tiny.warmstart import canonical, file_digest
 
     key = {
         "workflow": config.workflow,
-        "train_env": env_kwargs(config, "train"),
-        "validation_env": env_kwargs(config, "validation"),
+        "train_env": config.env_kwargs("train"),
+        "validation_env": config.env_kwargs("validation"),
         "files": {name: file_digest(getattr(config, name))
                   for name in ("dataset", "eval_dataset", "corpus")},
     }
