@@ -6,8 +6,8 @@ never on the seeds the demo's table reports (0-4).
 Each candidate is ``srpo_agents.running.demo.demo_config`` with its own changes
 (everything else the demo's), from the committed start point. A run whose folder holds a
 finished ``summary.json`` of the same setting is read back. Writes
-``benchmarks/results/<pilot's results>.md`` and keeps each run's ``summary.json`` and
-``metrics.jsonl`` in ``benchmarks/results/<pilot's results>/``.
+``benchmarks/results/<pilot's results>.md``; each run's ``summary.json`` and
+``metrics.jsonl`` stay in its folder under ``--out`` (the table holds their figures).
 
 Pilot 36 (the steps and lr). The rule, fixed before the pilot's results were read: the
 demo takes the candidate whose smallest gain over the pilot seeds is largest, among those
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 
 from srpo_agents.running.demo import BAR, COMMITTED_START, demo_config, setting_text
@@ -135,12 +134,6 @@ def main() -> None:
     if chosen:
         lines += ["", f"The demo's setting with it: {setting_text(pilot_config(chosen, 0, out))}."]
     (RESULTS / f"{pilot['results']}.md").write_text("\n".join(lines) + "\n")
-    for name, seed in rows:  # runs/ does not outlive a session: the run records stay
-        keep = RESULTS / pilot["results"] / f"{name}-s{seed}"
-        keep.mkdir(parents=True, exist_ok=True)
-        for file in ("summary.json", "metrics.jsonl"):
-            if (out / f"{name}-s{seed}" / file).is_file():
-                shutil.copy(out / f"{name}-s{seed}" / file, keep / file)
     print("\n".join(lines))
 
 

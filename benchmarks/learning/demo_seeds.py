@@ -2,8 +2,8 @@
 S``, and one table of their results: held-out avg@4 before and after, the difference
 paired by question with its standard error and z, pass@4, and each run's wall time.
 
-    python benchmarks/learning/demo_seeds.py [--seeds 0 1 2 3 4] [--out runs/demo-seeds] [--clone]
-        [--note "how the runs shared the CPU"]
+    python benchmarks/learning/demo_seeds.py [--seeds 0 1 2 3 4] [--out runs/demo-seeds]
+        [--clone] [--note "how the runs shared the CPU"]
 
 ``--clone``: each seed is ``make demo`` in a fresh clone of HEAD (commit first), so its
 wall time includes creating the clone's .venv, as a newcomer's first run does.
@@ -12,9 +12,9 @@ A seed whose folder already holds a finished run of the demo's setting is read b
 rerun, so seeds can be run by separate invocations (two at a time, say, each with
 OMP_NUM_THREADS=1) and a last invocation over all of them writes the table. Each run's
 printed output is kept in ``OUT/seedS.log``. Writes ``benchmarks/results/demo_seeds.md``
-and ``.json`` (the summaries without their per-question lists), keeps each run's record
-(summary, metrics, printed output) in ``benchmarks/results/demo_seeds/`` and copies the
-first seed's learning curve to ``benchmarks/results/demo_learning_curve.png``.
+and ``.json`` (the summaries without their per-question lists) and copies the first
+seed's learning curve to ``benchmarks/results/demo_learning_curve.png``. Each run's own
+record (summary, metrics, printed output) stays in ``OUT``: the table holds its figures.
 """
 
 from __future__ import annotations
@@ -142,12 +142,6 @@ def main() -> None:
                         for key, value in s.items()} for seed, s in runs.items()}
     (RESULTS / "demo_seeds.json").write_text(json.dumps(
         {"machine": describe(), "note": args.note, "seeds": slim}, indent=2) + "\n")
-    for seed in runs:  # runs/ does not outlive a session: the run records stay
-        keep = RESULTS / "demo_seeds" / f"seed{seed}"
-        keep.mkdir(parents=True, exist_ok=True)
-        for file in ("summary.json", "metrics.jsonl", "demo.json"):
-            shutil.copy(Path(args.out) / f"seed{seed}" / file, keep / file)
-        shutil.copy(Path(args.out) / f"seed{seed}.log", keep / "demo.log")
     # The first seed's curve, drawn again with the start's validation point at step 0
     # (runs made before the demo drew it had none; drawing it touches no result).
     first = runs[args.seeds[0]]
