@@ -1,5 +1,5 @@
 """A batch of learner units from real rollouts, for timing updates
-(``benchmarks/learner_vs_trl.py``, ``benchmarks/role_adapters.py``).
+(``benchmarks/speed/learner_vs_trl.py``, ``benchmarks/scale/role_adapters.py``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark corpora from the real search files (``../shared/data/search`` beside the
 repository): their sentences, and a corpus of any size resampled from them
-(``benchmarks/bm25_latency.py``, ``benchmarks/retrieval_server_qps.py``).
+(``benchmarks/speed/bm25_latency.py``, ``benchmarks/speed/retrieval_server_qps.py``).
 """
 
 from __future__ import annotations

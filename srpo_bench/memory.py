@@ -1,5 +1,5 @@
 """What models and optimizers hold: parameter counts and bytes
-(``benchmarks/role_adapters.py``, ``benchmarks/role_memory.py``).
+(``benchmarks/scale/role_adapters.py``, ``benchmarks/scale/role_memory.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct's real-model settings (issue 50), shared by the benchmarks that
 measure them: the candidate settings and their chooser
-(``benchmarks/real_model_candidates.py``), the learning runs
-(``benchmarks/real_model_learns.py``); their runs go through
+(``benchmarks/real_model/real_model_candidates.py``), the learning runs
+(``benchmarks/real_model/real_model_learns.py``); their runs go through
 ``srpo_agents.running.real_recipe.run_one``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The measurements of ``benchmarks/search_diagnosis.py`` (why training accuracy rose
+"""The measurements of ``benchmarks/learning/search_diagnosis.py`` (why training accuracy rose
 while held-out accuracy did not): the role rates of one episode read off its
 transitions, their per-question means on a split, paired differences, and the training
 curve's linear trend with its standard error. The command's docstring describes them.

@@ -1,6 +1,6 @@
 """The tiny policy's search track as a library: its run settings (``track_config``), the
 measurement of a policy on held-out questions (``measure``) and the results table of
-``benchmarks/search_track.py`` (the command that builds the track's warm starts and
+``benchmarks/learning/search_track.py`` (the command that builds the track's warm starts and
 measures them; its docstring describes the recipe).
 """
 

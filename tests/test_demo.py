@@ -19,7 +19,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 def test_committed_start_point_matches_the_code():
     """The demo starts from the committed warm start only while its key matches what the
     code would build; a change to the search env, its prompts or the recipe fails here
-    (rebuild it: ``python benchmarks/search_track.py --workflows search_answer_verify``)
+    (rebuild it: ``python benchmarks/learning/search_track.py --workflows search_answer_verify``)
     instead of making every ``make demo`` rebuild it for 25 minutes."""
     status = warm_start_status(demo.start_config(demo.COMMITTED_START), demo.COMMITTED_START)
     assert status["cached"], f"committed start point is stale; changed: {status['changed']}"

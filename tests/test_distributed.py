@@ -15,7 +15,7 @@ import torch
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "ddp_update.py"
+SCRIPT = ROOT / "benchmarks" / "scale" / "ddp_update.py"
 LR = 1e-3
 
 

@@ -1,5 +1,5 @@
-"""benchmarks/gpu_check.sh runs on the CPU at test size (``DEVICE=cpu SMALL=1``), so its
-commands and flags are proven before a GPU session spends minutes on them: every phase
+"""benchmarks/scale/gpu_check.sh runs on the CPU at test size (``DEVICE=cpu SMALL=1``), so
+its commands and flags are proven before a GPU session spends minutes on them: every phase
 reports, and each phase's budgets sum under the check's 8 minutes."""
 
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
+SCRIPT = ROOT / "benchmarks" / "scale" / "gpu_check.sh"
 
 
 def test_the_budgets_sum_under_eight_minutes():

@@ -2,7 +2,7 @@
 weights, bfloat16 compute) when a GPU is present, the CPU and float32 otherwise. The
 bfloat16 paths are exercised on the CPU here (CPUs run bf16 matmuls), with the same
 results contract as float32; the CUDA run is skipped without a GPU
-(benchmarks/gpu_check.sh runs it on a GPU machine)."""
+(benchmarks/scale/gpu_check.sh runs it on a GPU machine)."""
 
 import json
 import math

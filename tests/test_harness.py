@@ -178,8 +178,8 @@ def test_route_k_by_level_and_the_call_on_harder_tasks():
     ("fair_k5", ["routed"])])
 def test_the_search_presets_reuse_the_track_s_warm_start(name, warm_pairs, tmp_path,
                                                          monkeypatch):
-    """``benchmarks/search_track.py`` builds the search track's warm starts once (about
-    55 minutes each); the search presets must find them cached, so their warm-start
+    """``benchmarks/learning/search_track.py`` builds the search track's warm starts once
+    (about 55 minutes each); the search presets must find them cached, so their warm-start
     settings and key must be the very ones the script builds with."""
     import srpo_agents.tiny.warmstart as warmstart
     from srpo_agents.running import train
@@ -230,7 +230,7 @@ def test_a_seeds_filter_runs_only_those_seeds(tmp_path, monkeypatch):
 def test_the_cli_refuses_a_seed_the_preset_lacks():
     import subprocess
 
-    harness = Path(__file__).resolve().parents[1] / "benchmarks" / "harness.py"
+    harness = Path(__file__).resolve().parents[1] / "benchmarks/comparisons/harness.py"
     done = subprocess.run([sys.executable, str(harness), "--preset", "smoke", "--seeds", "7"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0

@@ -67,8 +67,8 @@ SFT_CHUNK, SFT_MAX_STEPS = 10, 800
 START_SEEDS = (0, 1, 2)
 # Every algorithm learns from start 0; starts 1 and 2 check the three distinct update
 # paths (the set ratio, the per-token ratio, REINFORCE) so the margin is not one start's
-# luck. benchmarks/learning_margin.py runs every case from every start under each CPU
-# kernel path (default, avx2, avx512).
+# luck. benchmarks/validity/learning_margin.py runs every case from every start under each
+# CPU kernel path (default, avx2, avx512).
 OTHER_START_ALGOS = ("srpo", "grpo", "magrpo")
 
 

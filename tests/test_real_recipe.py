@@ -1,6 +1,6 @@
 """The real-model recipe (``srpo_agents.running.real_recipe``) and the rules of
-``benchmarks/real_model_learns.py``: the setting is the candidates' choice, the pilot's
-rule picks as its docstring says, and the weighed differences read the right runs."""
+``benchmarks/real_model/real_model_learns.py``: the setting is the candidates' choice, the
+pilot's rule picks as its docstring says, and the weighed differences read the right runs."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from srpo_bench.real_model import CANDIDATES, chosen, config_for
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
+BENCH = REPO / "benchmarks" / "real_model"
 
 
 def bench_module(name: str):
-    """``benchmarks/<name>.py`` as a module (the benchmarks are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    """``benchmarks/real_model/<name>.py`` as a module (the benchmarks are scripts, not a
+    package)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -149,7 +151,7 @@ def test_team_minus_majority_vote_buys_votes_with_the_teams_tokens():
 def test_the_pilot_reads_only_validation_and_seeds_of_ten_or_more(seeds):
     module = learns_module()
     assert tuple(module.PILOT_SEEDS) == seeds and min(module.PILOT_SEEDS) >= 10
-    assert "split=\"validation\"" in (REPO / "benchmarks" / "real_model_learns.py").read_text()
+    assert "split=\"validation\"" in (BENCH / "real_model_learns.py").read_text()
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""srpo_bench/search_diagnosis.py (benchmarks/search_diagnosis.py's measurements): the training curve's trend with its error, and the
+"""srpo_bench/search_diagnosis.py (benchmarks/learning/search_diagnosis.py's measurements): the training curve's trend with its error, and the
 role rates of one episode read off its transitions."""
 
 import json

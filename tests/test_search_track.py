@@ -1,4 +1,4 @@
-"""benchmarks/search_track.py (its table: srpo_bench/search_track.py) keeps every workflow's committed row when it measures one."""
+"""benchmarks/learning/search_track.py (its table: srpo_bench/search_track.py) keeps every workflow's committed row when it measures one."""
 
 import argparse
 import json

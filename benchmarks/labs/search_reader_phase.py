@@ -4,7 +4,7 @@ the city out of the passage at any budget?
     python benchmarks/labs/search_reader_phase.py --start runs/search-pilot9/search_answer_verify
         [--steps 900] [--measure-every 300] [--threads 1] [--out runs/search-reader]
 
-``--start``: a run folder of ``benchmarks/search_track.py`` (its ``warmstart`` policy is
+``--start``: a run folder of ``benchmarks/learning/search_track.py`` (its ``warmstart`` policy is
 read; the world, prompts and oracle are the track's ``search_answer_verify`` settings
 with top 1 passage). The phase continues supervised steps on the same oracle examples
 (batch 64, lr 3e-3, 20 warm-up steps and the cosine to a tenth over ``--steps``). Three

@@ -56,7 +56,7 @@ def end_rank(code: int = 0) -> NoReturn:
     still talks to it), the process group destroyed, the output flushed, and the
     process ended without tearing the interpreter down. With gloo that teardown now and
     then aborts a process whose work was done ("terminate called without an active
-    exception", no Python frame left: 2-rank updates of benchmarks/ddp_update.py here,
+    exception", no Python frame left: 2-rank updates of benchmarks/scale/ddp_update.py here,
     3 runs in 36 on FSDP2 and 1 in 40 under the old all-reduce; none in 40 since), which
     torchrun reports as the run failing."""
     import torch.distributed as dist

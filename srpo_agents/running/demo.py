@@ -72,7 +72,7 @@ DEMO = dict(START, algo="srpo", steps=50, group_size=8, tasks_per_step=16, lr=6e
             epochs=1, minibatch_episodes=16, minibatch_by="task", microbatch_rows=16,
             eps_high=0.28, eval_tasks=500, eval_k=4, eval_every=10, curve_tasks=100,
             save_every=0)
-"""The RL run: the harness's search_compare settings (``benchmarks/harness.py``) but
+"""The RL run: the harness's search_compare settings (``benchmarks/comparisons/harness.py``) but
 for ``steps`` and ``lr``, chosen on seeds 10 and 11 (``benchmarks/results/demo_pilot.md``),
 and mini-batches by task in micro-batches of 16 rows, which took the update from 13.8 s
 to 6.1 s on one thread (``demo_levers.md``; by task: ``demo_pilot_61.md``, seeds 10, 11)."""

@@ -1,6 +1,6 @@
 """The tiny policy's search track recipe: the settings of SRPO-Search-v0's warm starts
 (compact world, one-hop questions, two rounds, the top passage per query) that
-``benchmarks/search_track.py`` builds into the committed ``benchmarks/warmstarts`` and
+``benchmarks/learning/search_track.py`` builds into the committed ``benchmarks/warmstarts`` and
 that the harness's search presets and ``make demo`` start from. Here in the library so
 the demo reads the same recipe the benchmarks built."""
 

@@ -15,7 +15,7 @@ seeds:
   quantile of Student's t with seeds - 1 degrees of freedom: 4.30 at 3 seeds), and only
   when every seed agrees in sign. At 2 standard errors a simulated null difference was
   called about once in seven comparisons over 3 seeds
-  (``benchmarks/verdict_false_calls.py``).
+  (``benchmarks/validity/verdict_false_calls.py``).
 - one seed: the per-task standard error is reported, and the difference is "not called":
   it says nothing of run-to-run spread. The exception is a pair whose noise floor was
   measured (``Floor``: twin runs that differ only in their random draws); then the

@@ -1,4 +1,4 @@
-"""The paired comparison harness (``benchmarks/harness.py`` is its command line).
+"""The paired comparison harness (``benchmarks/comparisons/harness.py`` is its command line).
 
 ``presets``: the presets as data; ``runner``: a preset's pairs, warm starts and jobs on a
 pool of worker processes; ``jobs``: each job, run in a process of its own; ``report``:

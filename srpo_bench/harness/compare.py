@@ -1,4 +1,4 @@
-"""The verdicts of the comparison preset (``benchmarks/harness.py --preset compare``):
+"""The verdicts of the comparison preset (``benchmarks/comparisons/harness.py --preset compare``):
 statistics over seeds and tasks, the noise floor from twin runs, the compute-matched
 references, the clip fraction by update, and the forest plot and learning curves.
 

@@ -2,7 +2,7 @@
 seeds, the settings every run shares (``base``), per-env ``overrides``, per-pair
 ``variants`` (a workflow and config overrides; ``warm_pair``: whose warm start it
 shares) and, for the comparison presets, twins, references and ``same_as`` aliases.
-``benchmarks/harness.py``'s docstring describes the presets for users.
+``benchmarks/comparisons/harness.py``'s docstring describes the presets for users.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ COUNTDOWN_VARIANTS = {("SRPO-Countdown-v0", "single"): dict(workflow="single",
                                                            warm_pair="parallel")}
 SEARCH = "SRPO-Search-v0"
 # The search track's warm starts are committed (about 4 MB each): built once by
-# benchmarks/search_track.py, they are read by every later run, session and CI clone
+# benchmarks/learning/search_track.py, they are read by every later run, session and CI clone
 # (the path is relative to the repository root, where the harness runs).
 SEARCH_WARM_ROOT = WARM_ROOT
 # The math demo's RL settings on the search track: 16 questions x G=8 per step, one epoch
@@ -206,7 +206,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                                                          algos=["srpo"])
                              for env, w in COMPARE_TEAMS}},
     # The search track's pilot: SRPO from the track's cached warm start
-    # (benchmarks/search_track.py builds it into warm_root; the routed workflow's serves
+    # (benchmarks/learning/search_track.py builds it into warm_root; the routed workflow's serves
     # parallel), the demo's RL settings, and a validation curve every 10 steps, to size
     # the steps of the runs that follow.
     "search_pilot": {"pairs": [(SEARCH, "search_answer_verify"), (SEARCH, "parallel")],

@@ -120,7 +120,7 @@ def warm_start_plan(preset: dict, out: Path, base: dict | None = None
     One warm start per pair, shared by its seeds and algorithms; a pair with a
     ``warm_pair`` starts from that pair's (built here even when the preset runs no pair
     of that name). ``warm_root``: a folder of warm starts shared with other presets and
-    scripts (``benchmarks/search_track.py`` builds the search track's there), or a
+    scripts (``benchmarks/learning/search_track.py`` builds the search track's there), or a
     mapping of env ids to such folders (other envs' warm starts are built in ``out``)."""
     starts: dict[tuple[str, str], str] = {}
     own: list[tuple[str, str]] = []
@@ -230,7 +230,7 @@ def run_preset(name: str, out: Path, log=print, workers: int = 1,
     kept = kept_rows(out / "results.jsonl", rows, PRESETS[name])
     rows += kept
     write_json_lines_atomic(out / "results.jsonl", rows)
-    command = f"python benchmarks/harness.py --preset {name} --out {out}"
+    command = f"python benchmarks/comparisons/harness.py --preset {name} --out {out}"
     if workers > 1:
         command += f" --workers {workers}"
     if envs:
