@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from srpo_agents.rollout.engine import RolloutEngine
-from srpo_agents.rollout.envs import env_factory
-from srpo_agents.running.evaluate import eval_pool, run_tasks
+from srpo_agents.rollout.envs import env_factory, env_pool
+from srpo_agents.running.evaluate import run_tasks
 from srpo_agents.running.metrics_log import read_metrics_rows
 
 RATES = ("searcher_gold_on_top", "answerer_right", "answerer_right_after_gold",
@@ -52,7 +52,7 @@ def episode_rates(env, task_index: int, rollout) -> dict[str, float]:
 
 def per_question(engine: RolloutEngine, config, split: str, tasks: int, k: int) -> np.ndarray:
     """(questions, rates) array: each rate averaged over the question's k episodes."""
-    envs = eval_pool(env_factory(config, split), 128, config.seed)
+    envs = env_pool(env_factory(config, split), 128, config.seed)
     tasks = min(tasks, envs[0].num_tasks)
     values = np.full((tasks, k, len(RATES)), np.nan)
     for t, j, env, rollout in run_tasks(engine, envs, range(tasks), k, tag=f"diag-{split}"):

@@ -14,8 +14,8 @@ import numpy as np
 
 from srpo_agents.config import TrainConfig
 from srpo_agents.rollout.engine import RolloutEngine
-from srpo_agents.rollout.envs import env_factory
-from srpo_agents.running.evaluate import eval_pool, run_tasks
+from srpo_agents.rollout.envs import env_factory, env_pool
+from srpo_agents.running.evaluate import run_tasks
 from srpo_agents.running.search_recipe import INIT_FROM, track_settings
 from srpo_agents.tiny.config import tiny_run
 from srpo_bench.machine import RESULTS
@@ -37,7 +37,7 @@ def track_config(workflow: str, out: str, warmstart_steps: int, minutes: float, 
 
 
 def measure(engine: RolloutEngine, config: TrainConfig, tasks: int, k: int) -> dict:
-    envs = eval_pool(env_factory(config, "test"), 128, config.seed)
+    envs = env_pool(env_factory(config, "test"), 128, config.seed)
     tasks = min(tasks, envs[0].num_tasks)
     turns, good = Counter(), Counter()
     queries = query_hits = 0

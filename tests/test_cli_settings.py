@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from srpo_agents import cli
-from srpo_agents.cli import build_parser, main, recorded_config, sampling_config, typed_flags
+from srpo_agents.cli import build_parser, main, typed_flags
+from srpo_agents.cli.evaluate import recorded_config, sampling_config
+from srpo_agents.cli.flags import config_from_args
+from srpo_agents.cli.train import QUICK, QUICK_TINY, apply_quick, apply_train_eval_sizes
 from srpo_agents.config import TrainConfig
 from srpo_agents.running import checkpoint
 from srpo_agents.running.plan import TRAIN_EVAL_SIZES
@@ -141,12 +143,12 @@ def test_a_rollout_takes_group_size_one_and_training_still_needs_two(tiny_model,
 
 def test_drop_unfinished_reaches_the_engine_from_train_and_rollout(tiny_model, tmp_path):
     from srpo_agents.models.policy import load_policy
-    from srpo_agents.running.train import make_engine
+    from srpo_agents.rollout.engine import engine_for
 
     policy = load_policy(str(tiny_model))
-    on = cli.config_from_args(parsed(["train", "--drop-unfinished"]))
-    assert on.drop_unfinished and make_engine(on, policy).drop_unfinished
-    assert not make_engine(cli.config_from_args(parsed(["train"])), policy).drop_unfinished
+    on = config_from_args(parsed(["train", "--drop-unfinished"]))
+    assert on.drop_unfinished and engine_for(on, policy).drop_unfinished
+    assert not engine_for(config_from_args(parsed(["train"])), policy).drop_unfinished
     # a Ray rollout worker builds its engine from the same config (here in process)
     from srpo_agents.rollout.ray_engine import _Worker
 
@@ -230,44 +232,44 @@ def test_a_keyword_constructor_is_caught_when_built_and_its_own_bugs_stay_its_ow
 def test_quick_sets_the_preset_and_typed_flags_keep_their_values():
     args = parsed(["train", "--quick", "--group-size", "4", "--env", "SRPO-Search-v0",
                    "--model", "tiny"])
-    applied = cli.apply_quick(args)
+    applied = apply_quick(args)
     assert "group_size" not in applied
-    assert set(applied) == (set(cli.QUICK) | set(cli.QUICK_TINY)) - {"group_size"}
-    config = cli.config_from_args(args)
+    assert set(applied) == (set(QUICK) | set(QUICK_TINY)) - {"group_size"}
+    config = config_from_args(args)
     assert (config.steps, config.tasks_per_step, config.group_size, config.eval_tasks,
             config.eval_k, config.max_new_tokens, config.model_options["warmstart_steps"]
             ) == (2, 2, 4, 4, 2, 16, 2)
-    plain = cli.config_from_args(parsed(["train"]))
+    plain = config_from_args(parsed(["train"]))
     assert (plain.steps, plain.group_size) == (20, 8)  # no --quick: the defaults
     assert plain.model == "smollm2-135m-instruct" and plain.model_options == {}
     real = parsed(["train", "--quick"])
-    assert set(cli.apply_quick(real)) == set(cli.QUICK)  # no warm start to shorten
-    assert cli.config_from_args(real).model == "smollm2-135m-instruct"
+    assert set(apply_quick(real)) == set(QUICK)  # no warm start to shorten
+    assert config_from_args(real).model == "smollm2-135m-instruct"
 
 
 def test_train_sizes_its_evaluations_for_the_machine_unless_told():
     args = parsed(["train", "--device", "cpu"])
-    assert cli.apply_train_eval_sizes(args) == "cpu"
-    config = cli.config_from_args(args)
+    assert apply_train_eval_sizes(args) == "cpu"
+    config = config_from_args(args)
     assert (config.eval_tasks, config.eval_k) == TRAIN_EVAL_SIZES["cpu"] == (200, 2)
     typed = parsed(["train", "--device", "cpu", "--eval-k", "8"])
-    assert cli.apply_train_eval_sizes(typed) == ""
-    assert (cli.config_from_args(typed).eval_tasks, typed.eval_k) == (200, 8)
+    assert apply_train_eval_sizes(typed) == ""
+    assert (config_from_args(typed).eval_tasks, typed.eval_k) == (200, 8)
     quick = parsed(["train", "--quick", "--device", "cpu"])
-    cli.apply_quick(quick)
-    assert cli.apply_train_eval_sizes(quick) == ""  # --quick's own sizes stay
+    apply_quick(quick)
+    assert apply_train_eval_sizes(quick) == ""  # --quick's own sizes stay
     assert (quick.eval_tasks, quick.eval_k) == (4, 2)
     untracked = build_parser().parse_args(["train"])  # built by code: no typed flags known
-    assert cli.apply_train_eval_sizes(untracked) == "" and untracked.eval_k == 8
+    assert apply_train_eval_sizes(untracked) == "" and untracked.eval_k == 8
 
 
 def test_tiny_flags_go_to_the_tiny_model_only():
-    config = cli.config_from_args(parsed(["train", "--model", "tiny", "--tiny-vocab", "300"]))
+    config = config_from_args(parsed(["train", "--model", "tiny", "--tiny-vocab", "300"]))
     assert config.model_options["tiny_vocab"] == 300
     assert config.model_options["warmstart_steps"] == 0  # every option recorded
     with pytest.raises(ValueError, match="--warmstart-steps is an option of --model tiny, "
                                          "not of --model x/y"):
-        cli.config_from_args(parsed(["train", "--model", "x/y", "--warmstart-steps", "3"]))
+        config_from_args(parsed(["train", "--model", "x/y", "--warmstart-steps", "3"]))
 
 
 def _run_cli(args: list[str], cwd: Path, extra_path: str = "") -> subprocess.CompletedProcess:
@@ -306,7 +308,7 @@ def test_a_quick_run_completes_with_the_preset_and_the_typed_flags(quick_run):
             config["tasks_per_step"], config["max_new_tokens"]) == (1, 2, 2, 2, 16)
     assert config["model"] == "tiny" and config["model_options"]["warmstart_batch_size"] == 16
     warm = json.loads((quick_run / "warmstart" / "warmstart.json").read_text())
-    assert warm["settings"]["episodes"] == cli.QUICK_TINY["warmstart_episodes"]
+    assert warm["settings"]["episodes"] == QUICK_TINY["warmstart_episodes"]
     assert len(rows_of(quick_run / "metrics.jsonl")) == 1
 
 
@@ -327,16 +329,16 @@ def test_rollout_on_a_run_plays_its_team_unless_a_flag_says_otherwise(quick_run,
 
 @pytest.mark.slow
 def test_eval_on_a_run_reads_its_settings(quick_run, monkeypatch):
-    import srpo_agents.running.train
+    import srpo_agents.running.evaluate
 
     seen = []
-    real = srpo_agents.running.train.held_out
+    real = srpo_agents.running.evaluate.held_out
 
     def spy(config, *rest):
         seen.append((config.env, config.workflow, config.n_agents, config.max_new_tokens))
         return real(config, *rest)
 
-    monkeypatch.setattr(srpo_agents.running.train, "held_out", spy)
+    monkeypatch.setattr(srpo_agents.running.evaluate, "held_out", spy)
     assert main(["eval", "--checkpoint", str(quick_run), "--tasks", "2", "--k", "1"]) == 0
     assert main(["eval", "--checkpoint", str(quick_run), "--tasks", "2", "--k", "1",
                  "--max-new-tokens", "8"]) == 0

@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.running.evaluate import majority_at
-from srpo_agents.running.train import held_out, train
+from srpo_agents.running.evaluate import held_out, majority_at
+from srpo_agents.running.train import train
 from srpo_agents.tiny import build_tiny_policy
 from srpo_bench.harness import PRESETS, pair_algos, pair_settings, run_preset
 
@@ -181,13 +181,13 @@ def test_solvers_right_reads_the_envs_frozen_member_flags(fresh_model):
     """The team's ceiling counts the solvers right in the parallel event's info (a
     read-only mapping in a Transition), not its keys."""
     from srpo_agents.models.policy import load_policy
+    from srpo_agents.rollout.engine import engine_for
     from srpo_agents.running.evaluate import evaluate, run_tasks, solvers_right
-    from srpo_agents.running.train import make_engine
 
     config = TrainConfig(env="SRPO-Math-v0", workflow="parallel", n_agents=2, model=fresh_model,
                          compact_prompts=True, eval_tasks=6, eval_k=2, max_new_tokens=8,
                          difficulty=(0,))
-    engine = make_engine(config, load_policy(fresh_model))
+    engine = engine_for(config, load_policy(fresh_model))
     envs, indices = held_out(config)
     for _, _, _, rollout in run_tasks(engine, envs, indices, 1):
         flags = dict(rollout.transitions[0].info["member_correct"])

@@ -168,7 +168,8 @@ def test_the_fsdp_recipe_in_the_docs_is_a_valid_run():
     import shlex
     from pathlib import Path
 
-    from srpo_agents.cli import build_parser, config_from_args
+    from srpo_agents.cli import build_parser
+    from srpo_agents.cli.flags import config_from_args
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "scale-out.md").read_text()
     block = text[text.index("torchrun --nproc_per_node 8"):]

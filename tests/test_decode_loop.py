@@ -10,7 +10,8 @@ import torch
 
 from srpo_agents.config import TrainConfig
 from srpo_agents.rollout.engine import RolloutEngine
-from srpo_agents.rollout.generation import HFGenerator, Sampling, _bucket
+from srpo_agents.rollout.hf_generator import HFGenerator, _bucket
+from srpo_agents.rollout.sampling import Sampling
 from srpo_agents.tiny import build_tiny_policy
 
 TEXTS = ["What is 2+2?", "Hi", "You are a math solver.\nProblem: 17 * 3 = ?\n", "x"]

@@ -317,15 +317,15 @@ def test_a_run_checkpointed_before_fsdp_says_so_instead_of_starting_over(tmp_pat
     import random
 
     from srpo_agents.running.checkpoint import CheckpointError, save_checkpoint
-    from srpo_agents.running.sharded_checkpoint import load_run_state
+    from srpo_agents.running.sharded_checkpoint import ShardedCheckpoints
 
     generators = {"task_rng": random.Random(0)}
     save_checkpoint(tmp_path, policies={}, optimizers={}, step=2, config={},
                     generators=generators)
     with pytest.raises(CheckpointError, match=r"steps \[2\] hold whole weights"):
-        load_run_state(tmp_path, tmp_path, None, None, generators)
-    assert load_run_state(tmp_path / "fresh", tmp_path / "fresh", None, None,
-                          generators) is None  # nothing saved yet: a fresh start
+        ShardedCheckpoints(tmp_path, tmp_path, None, None, generators).load()
+    fresh = tmp_path / "fresh"
+    assert ShardedCheckpoints(fresh, fresh, None, None, generators).load() is None
 
 
 def _adapters(run: Path) -> dict[str, torch.Tensor]:

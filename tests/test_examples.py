@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from srpo_agents.cli import apply_run_file, build_parser, config_from_args, read_run_file
+from srpo_agents.cli import build_parser
 from srpo_agents.cli import typed_flags as typed_of
+from srpo_agents.cli.flags import apply_run_file, config_from_args, read_run_file
 from srpo_agents.config import TrainConfig
 from srpo_bench.examples import EXAMPLES, example_configs, run_file
 

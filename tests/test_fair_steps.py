@@ -159,7 +159,7 @@ def test_the_kl_term_of_a_unit_loss_is_its_token_sum():
 
 
 def test_a_run_file_with_the_old_unit_count_names_its_replacement(tmp_path):
-    from srpo_agents.cli import read_run_file
+    from srpo_agents.cli.flags import read_run_file
 
     path = tmp_path / "run.yaml"
     path.write_text("minibatch_units: 64\n")

@@ -16,6 +16,7 @@ from srpo_agents.running.benchmark_sets import (
     fetched_data_dir,
     resolve,
 )
+from srpo_agents.running.evaluate import held_out
 from srpo_agents.running.fetch_data import (
     FLASHRAG,
     SOURCES,
@@ -25,7 +26,6 @@ from srpo_agents.running.fetch_data import (
     fetch,
     sample,
 )
-from srpo_agents.running.step import held_out
 from srpo_envs import registry
 from srpo_envs.scripted import OracleSearchTeam
 from srpo_envs.search_tasks import load_search_tasks

@@ -12,14 +12,9 @@ import sys
 
 import pytest
 
-from srpo_agents.cli import (
-    EVAL_SIZES,
-    build_parser,
-    cut_off_note,
-    eval_sizes,
-    format_table,
-    main,
-)
+from srpo_agents.cli import build_parser, main
+from srpo_agents.cli.evaluate import EVAL_SIZES, eval_sizes
+from srpo_agents.cli.tables import cut_off_note, format_table
 from srpo_agents.running import progress
 
 
@@ -99,12 +94,12 @@ def test_evaluation_reports_the_cut_off_share_and_progress_lines(math_tiny_dir, 
                                                                 monkeypatch):
     from srpo_agents.config import TrainConfig
     from srpo_agents.models.policy import load_policy
-    from srpo_agents.running.evaluate import evaluate
-    from srpo_agents.running.step import held_out, make_engine
+    from srpo_agents.rollout.engine import engine_for
+    from srpo_agents.running.evaluate import evaluate, held_out
 
     config = TrainConfig(env="SRPO-Math-v0", workflow="single", model="tiny",
                          max_new_tokens=1, eval_tasks=6, out=str(tmp_path / "run"))
-    engine = make_engine(config, load_policy(str(math_tiny_dir)))
+    engine = engine_for(config, load_policy(str(math_tiny_dir)))
     lines: list[str] = []
     from srpo_agents.running import progress as shown
 

@@ -131,7 +131,7 @@ def test_vllm_engines_share_the_gpu_memory_beside_the_learner(monkeypatch):
     from types import SimpleNamespace
 
     from srpo_agents.rollout import engine as engine_module
-    from srpo_agents.rollout.generation import _device_kwargs
+    from srpo_agents.rollout.vllm_generator import _device_kwargs
 
     on_gpu = SimpleNamespace(model=SimpleNamespace(
         parameters=lambda: iter([torch.empty(1, device="meta")])))
@@ -159,7 +159,7 @@ def test_vllm_engines_sleep_through_each_update_and_wake_for_the_next_call():
     from types import SimpleNamespace
 
     from srpo_agents.rollout.engine import RolloutEngine
-    from srpo_agents.rollout.generation import VLLMGenerator
+    from srpo_agents.rollout.vllm_generator import VLLMGenerator
 
     calls = []
     generator = object.__new__(VLLMGenerator)

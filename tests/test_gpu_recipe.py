@@ -211,14 +211,9 @@ def offline(monkeypatch):
 # -- one command ---------------------------------------------------------------------------
 def check_srpo(argv: tuple[str, ...]) -> list[str]:
     """``srpo argv`` parses; a ``train`` line builds its run config as ``srpo train`` does."""
-    from srpo_agents.cli import (
-        apply_quick,
-        apply_run_file,
-        build_parser,
-        config_from_args,
-        read_run_file,
-        typed_flags,
-    )
+    from srpo_agents.cli import build_parser, typed_flags
+    from srpo_agents.cli.flags import apply_run_file, config_from_args, read_run_file
+    from srpo_agents.cli.train import apply_quick
 
     try:
         args = build_parser().parse_args(list(argv))

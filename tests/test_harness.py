@@ -182,7 +182,7 @@ def test_the_search_presets_reuse_the_track_s_warm_start(name, warm_pairs, tmp_p
     (about 55 minutes each); the search presets must find them cached, so their warm-start
     settings and key must be the very ones the script builds with."""
     import srpo_agents.tiny.warmstart as warmstart
-    from srpo_agents.running import train
+    from srpo_agents.models.registry import prepare_policy
     from srpo_agents.running.search_recipe import RECIPE, WARM_ROOT, warm_folder
     from srpo_bench.search_track import track_config
 
@@ -196,7 +196,7 @@ def test_the_search_presets_reuse_the_track_s_warm_start(name, warm_pairs, tmp_p
 
     def warm_args(config: TrainConfig) -> dict:
         with pytest.raises(RuntimeError, match="captured"):
-            train.prepare_policy(config, Path(config.out), print)
+            prepare_policy(config, Path(config.out), print)
         return seen.pop()
 
     preset = {**PRESETS[name], "pairs": [p for p in PRESETS[name]["pairs"]

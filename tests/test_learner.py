@@ -240,7 +240,7 @@ def test_shared_prompt_pass_equals_one_pass_per_row(tiny_dir):
 
 
 def test_dynamic_sampling_leaves_out_groups_with_one_return(tiny_dir):
-    from srpo_agents.running.train import mixed_group_fraction, train_step
+    from srpo_agents.running.step import mixed_group_fraction, train_step
 
     policy = fresh_policy(tiny_dir)
     make = env_factory(TrainConfig(model="x", **CONFIG), "train")
@@ -282,7 +282,7 @@ def test_shared_start_evaluation_matches_and_pairs_step_zero(tiny_dir, tmp_path)
     same step-0 rollouts (the harness's pairing)."""
     from dataclasses import replace
 
-    from srpo_agents.running.train import evaluate_start
+    from srpo_agents.running.evaluate import evaluate_start
 
     config = small_config(tiny_dir, tmp_path / "own", steps=1)
     own = train(config, log=lambda *_: None)

@@ -158,7 +158,7 @@ def _rollout(task, episode, reward):
 
 
 def test_adv_eps_reaches_the_estimator():
-    from srpo_agents.running.train import train_step
+    from srpo_agents.running.step import train_step
 
     # one group whose returns differ by 2e-6: population std 1e-6, the size of eps
     rollouts = [_rollout("t", "a", 1.0), _rollout("t", "b", 1.0 + 2e-6)]

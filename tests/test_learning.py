@@ -50,8 +50,7 @@ import torch
 from srpo_agents.learning.learner import Learner, LearnerConfig
 from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_agents.rollout.engine import RolloutEngine
-from srpo_agents.running.step import learn
-from srpo_agents.running.train import train_step
+from srpo_agents.running.step import learn, train_step
 from srpo_agents.tiny import build_tiny_policy
 from srpo_agents.tiny.warmstart import sft_loss
 from srpo_envs.event_env import EventEnv, EventOutcome

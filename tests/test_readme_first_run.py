@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from srpo_agents.cli import build_parser, config_from_args, typed_flags
+from srpo_agents.cli import build_parser, typed_flags
+from srpo_agents.cli.flags import config_from_args
 
 from .conftest import base_dependencies, optional_dependencies
 

@@ -212,7 +212,8 @@ def test_the_docs_hand_command_is_the_demos_run():
     (the prompt set by name there, by its text in the recipe)."""
     import shlex
 
-    from srpo_agents.cli import build_parser, config_from_args
+    from srpo_agents.cli import build_parser
+    from srpo_agents.cli.flags import config_from_args
     from srpo_agents.running.real_demo import demo_config
     from srpo_envs.envs.math_env import PROMPT_SETS
 

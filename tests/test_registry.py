@@ -305,7 +305,8 @@ def test_an_env_keeps_its_own_defaults_unless_a_flag_is_typed():
     """Untyped, --n-agents, --max-turns and --difficulty take the env's own defaults
     (Countdown: levels (0,); math: 2 rounds; search: 4 turns); typed, they win."""
     args = ["train", "--env", "SRPO-Countdown-v0"]
-    from srpo_agents.cli import config_from_args, typed_flags
+    from srpo_agents.cli import typed_flags
+    from srpo_agents.cli.flags import config_from_args
 
     parsed = build_parser().parse_args(args)
     parsed.typed_flags = typed_flags(args)

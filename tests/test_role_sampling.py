@@ -10,7 +10,7 @@ from srpo_agents.config import TrainConfig
 from srpo_agents.learning.learner import Learner, LearnerConfig
 from srpo_agents.learning.objective import ALGORITHMS
 from srpo_agents.rollout.engine import RolloutEngine
-from srpo_agents.rollout.generation import Sampling
+from srpo_agents.rollout.sampling import Sampling
 from srpo_agents.tiny import build_tiny_policy
 from tests.test_learning import ALPHABET, LetterEnv, relay, say
 

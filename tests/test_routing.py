@@ -20,7 +20,8 @@ from srpo_agents.learning.learner import Learner, LearnerConfig
 from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_agents.rollout.engine import RolloutEngine
 from srpo_agents.running.routing_stats import episode_route, routing_summary
-from srpo_agents.running.train import train, train_step
+from srpo_agents.running.step import train_step
+from srpo_agents.running.train import train
 from srpo_agents.tiny import build_tiny_policy
 from srpo_agents.tiny.warmstart import sft_loss
 from srpo_envs import math_v0, search_v0
@@ -190,7 +191,8 @@ def test_the_learner_has_no_routed_branch():
     """Routing is trained by the one update rule: the modules that form units, compute
     advantages and update never mention routes."""
     for name in ("learning/learner.py", "learning/objective.py", "learning/events.py",
-                 "rollout/engine.py", "rollout/generation.py"):
+                 "rollout/engine.py", "rollout/generation.py", "rollout/hf_generator.py",
+                 "rollout/vllm_generator.py", "rollout/sampling.py"):
         text = (ROOT / "srpo_agents" / name).read_text().lower()
         assert "route" not in text and "router" not in text, name
 

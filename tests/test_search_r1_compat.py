@@ -358,7 +358,7 @@ def test_missing_fastapi_says_how_to_install(monkeypatch, local, tmp_path):
 
 @pytest.mark.parametrize("missing", ["uvicorn", "fastapi"])
 def test_srpo_serve_retriever_prints_the_install_hint(monkeypatch, capsys, tmp_path, missing):
-    from srpo_agents import cli
+    from srpo_agents.cli import main
 
     if missing == "uvicorn":
         monkeypatch.setitem(sys.modules, "uvicorn", None)
@@ -367,7 +367,7 @@ def test_srpo_serve_retriever_prints_the_install_hint(monkeypatch, capsys, tmp_p
                             _server_without_fastapi(monkeypatch))
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(row) + "\n" for row in SEARCH_R1_ROWS))
-    assert cli.main(["serve-retriever", "--corpus", str(corpus), "--port", "0"]) == 2
+    assert main(["serve-retriever", "--corpus", str(corpus), "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("srpo: error: the retrieval server needs ") and HINT in err
     assert "No module named" not in err

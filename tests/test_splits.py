@@ -106,7 +106,7 @@ def test_evaluation_uses_each_distinct_test_problem_once(tmp_path):
     """A run on Countdown level 0 asks for 500 test tasks and gets the split's 40-odd,
     each once; the log says so."""
     from srpo_agents.config import TrainConfig
-    from srpo_agents.running.train import held_out
+    from srpo_agents.running.evaluate import held_out
 
     config = TrainConfig(env="SRPO-Countdown-v0", workflow="single", difficulty=(0,),
                          eval_tasks=500, out=str(tmp_path))
@@ -144,7 +144,7 @@ def test_a_level_too_small_to_split_is_named_when_evaluated(tmp_path, env_id, se
     """Evaluating on a held-out split of fewer than SMALL_SPLIT problems logs a warning
     that names the levels and the count."""
     from srpo_agents.config import TrainConfig
-    from srpo_agents.running.train import held_out
+    from srpo_agents.running.evaluate import held_out
 
     config = TrainConfig(env=env_id, workflow="single", eval_tasks=500, out=str(tmp_path),
                          **settings)

@@ -91,7 +91,7 @@ def test_two_temperatures_and_a_stop_string_in_one_vllm_batch(policy):
     """Per-role sampling on vLLM: rows at 0.6 and 1.4 in one call, each row's log-probs
     against the learner's at its own temperature; a stop string ends its rows with the
     string kept, as the hf backend does."""
-    from srpo_agents.rollout.generation import Sampling
+    from srpo_agents.rollout.sampling import Sampling
 
     engine = RolloutEngine(policy, backend="vllm", max_new_tokens=3, seed=0)
     prompts = [policy.prompt_ids("solver", p) for p in PROMPTS] * 8

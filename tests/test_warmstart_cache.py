@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from srpo_agents.config import TrainConfig
+from srpo_agents.models.registry import prepare_policy
 from srpo_agents.rollout.envs import env_factory
-from srpo_agents.running import train
 from srpo_agents.tiny.source import warm_start_key
 from srpo_agents.tiny.warmstart import changed_keys, warm_start
 
@@ -79,6 +79,6 @@ def test_the_warm_start_checks_the_validation_split(tmp_path, monkeypatch):
     monkeypatch.setattr(warmstart, "warm_start", fake_warm_start)
     config = TrainConfig(env="SRPO-Math-v0", workflow="single", model="tiny", out=str(tmp_path))
     with pytest.raises(RuntimeError, match="stop here"):
-        train.prepare_policy(config, tmp_path, print)
+        prepare_policy(config, tmp_path, print)
     assert seen["train"] == "train" and seen["eval"] == "validation"
     assert seen["key"] == warm_start_key(config)

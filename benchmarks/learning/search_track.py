@@ -40,9 +40,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from srpo_agents.models.registry import prepare_policy
 from srpo_agents.rollout.engine import RolloutEngine
 from srpo_agents.running.search_recipe import READERS, RECIPE, WARM_ROOT, warm_folder
-from srpo_agents.running.train import prepare_policy
 from srpo_bench.machine import describe, write_results
 from srpo_bench.search_track import measure, stored_results, track_config, track_lines
 

@@ -20,8 +20,8 @@ import numpy as np
 
 from srpo_agents.models.policy import load_policy
 from srpo_agents.rollout.engine import RolloutEngine
-from srpo_agents.rollout.envs import env_factory
-from srpo_agents.running.evaluate import eval_pool, run_tasks
+from srpo_agents.rollout.envs import env_factory, env_pool
+from srpo_agents.running.evaluate import run_tasks
 from srpo_bench.math_team import math_demo_config as demo_config
 
 
@@ -29,7 +29,7 @@ def team_roles(policy_dir: str, tasks: int, k: int, seed: int = 1) -> dict[str, 
     config = demo_config("unused", seed)
     engine = RolloutEngine(load_policy(policy_dir), max_new_tokens=config.max_new_tokens,
                            seed=seed)
-    envs = eval_pool(env_factory(config, "test"), 256, seed)
+    envs = env_pool(env_factory(config, "test"), 256, seed)
     episodes = tasks * k
     counts, agreeing, follows = Counter(), 0, 0
     for _, _, _, rollout in run_tasks(engine, envs, range(tasks), k, tag="roles"):

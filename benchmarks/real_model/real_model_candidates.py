@@ -32,8 +32,7 @@ import torch
 
 from srpo_agents.models.policy import load_policy
 from srpo_agents.rollout.engine import engine_for
-from srpo_agents.running.evaluate import episode_correct, run_tasks
-from srpo_agents.running.step import held_out
+from srpo_agents.running.evaluate import episode_correct, held_out, run_tasks
 from srpo_bench.real_model import CANDIDATES, MODEL, TOKENS, chosen, config_for
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"

@@ -54,9 +54,9 @@ from pathlib import Path
 
 from srpo_agents.config import TrainConfig
 from srpo_agents.models.policy import load_policy
-from srpo_agents.running.evaluate import evaluate, majority_at
+from srpo_agents.rollout.engine import engine_for
+from srpo_agents.running.evaluate import evaluate, held_out, majority_at
 from srpo_agents.running.real_recipe import BATCH, RUN, TEAM, real_config, run_one
-from srpo_agents.running.step import held_out, make_engine
 from srpo_agents.running.verdicts import diff_cell, difference, task_difference
 from srpo_bench.real_model import chosen
 
@@ -97,7 +97,7 @@ def validation(config: TrainConfig, model: str) -> dict:
     """``model`` (a run's trained policy folder, or the base) on the validation split."""
     config = TrainConfig(**{**config.to_dict(), "model": model, "per_role_adapters": ""})
     policy = load_policy(model)
-    engine = make_engine(config, policy)
+    engine = engine_for(config, policy)
     envs, indices = held_out(config, policy.count_tokens, split="validation",
                              wanted=PILOT_TASKS)
     start = time.monotonic()

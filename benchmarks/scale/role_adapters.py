@@ -37,7 +37,7 @@ from srpo_agents.learning.learner import Learner, LearnerConfig
 from srpo_agents.learning.objective import ALGORITHMS
 from srpo_agents.models.adapters import attach_role_adapters
 from srpo_agents.rollout.engine import RolloutEngine
-from srpo_agents.running.train import update_policies
+from srpo_agents.running.step import update_policies
 from srpo_agents.tiny import build_tiny_policy
 from srpo_agents.tiny.warmstart import TINY_SHAPE
 from srpo_bench.batches import make_batch

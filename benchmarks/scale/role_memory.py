@@ -42,7 +42,7 @@ def measure(variant: str, rank: int) -> dict:
     from srpo_agents.models.policy import load_policy
     from srpo_agents.rollout.engine import RolloutEngine
     from srpo_agents.rollout.envs import env_factory
-    from srpo_agents.running.train import update_policies
+    from srpo_agents.running.step import update_policies
     from srpo_bench.memory import optimizer_bytes, trainable, weights_bytes
 
     torch.manual_seed(0)

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from srpo_agents.models.policy import load_policy
-from srpo_agents.rollout.generation import HFGenerator
+from srpo_agents.rollout.hf_generator import HFGenerator
 from srpo_envs import math_v0
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -83,7 +83,7 @@ from srpo_agents.models.sharding import (
     shard,
 )
 from srpo_agents.rollout.engine import Sample
-from srpo_agents.rollout.generation import cache_kwarg
+from srpo_agents.rollout.sampling import cache_kwarg
 
 LOGPROB_ROWS = 4
 """Rows per chunk of ``token_logprobs``: the full-vocabulary temporaries of one chunk are

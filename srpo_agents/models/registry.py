@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from functools import cache
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from srpo_agents.models.policy import PretrainedSource
 from srpo_agents.models.sources import resolve_model
@@ -51,3 +52,8 @@ def check_options(name: str, options) -> dict:
                              f"(only {', '.join(plugins())} does)")
         return {}
     return source.options.from_options(dict(options or {})).to_dict()
+
+
+def prepare_policy(config, run_dir: Path, log) -> tuple:
+    """The run's initial policy and its source's meta (the tiny model's warm start)."""
+    return model_source(config.model).prepare(config, run_dir, log)

@@ -20,7 +20,6 @@ never reaches this module: ``registry`` finds plug-ins first.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 import re
@@ -33,6 +32,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from srpo_agents.files import file_sha256
 from srpo_envs.spelling import closest_match
 
 HUB_TIMEOUT = 5.0
@@ -85,14 +85,6 @@ def cache_root() -> Path:
 
 def _expected() -> str:
     return EXPECTED.format(known=", ".join(["tiny", *KNOWN]))
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _closest(path: Path) -> str:

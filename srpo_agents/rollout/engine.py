@@ -42,7 +42,8 @@ import torch
 from srpo_agents import faults
 from srpo_agents.models.policy import Policy
 from srpo_agents.models.sharding import full_weights
-from srpo_agents.rollout.generation import BACKENDS, GenerationOutput, Sampling
+from srpo_agents.rollout.generation import BACKENDS
+from srpo_agents.rollout.sampling import GenerationOutput, Sampling
 from srpo_envs import Transition
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ class RolloutEngine:
         temperature: sampling temperature; 0 means greedy (argmax, log-probs of the
             untempered softmax).
         top_p: nucleus mass in (0, 1]; below 1 the recorded log-probs are not the
-            nucleus' (see ``srpo_agents.rollout.generation``).
+            nucleus' (see ``srpo_agents.rollout.sampling``).
         max_batch: most prompts per forward batch (hf); vLLM's ``max_num_seqs``.
         drop_unfinished: send ``None`` for responses that hit ``max_new_tokens``.
         backend: "hf" (built-in loop) or "vllm" (optional extra).

@@ -44,3 +44,10 @@ def env_pool(make_env: Callable[[int], Any], size: int, seed: int) -> list:
     """``size`` envs of ``make_env``, seeded from ``seed`` one by one (the training pool
     of a run, in this process or in a rollout process: the same seeds, the same envs)."""
     return [make_env(seed * 1_000_003 + i) for i in range(size)]
+
+
+def check_data(config: TrainConfig) -> None:
+    """Build one train and one held-out env before anything else, so a bad dataset row or
+    corpus row (named by file and line) stops the run before its warm start."""
+    for split in ("train", "test"):
+        env_factory(config, split)(config.seed).close()

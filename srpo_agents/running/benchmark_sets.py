@@ -112,8 +112,7 @@ def evaluate_benchmarks(engine, config: TrainConfig, names: str, k: int, tasks: 
     """avg@k, pass@k, tokens, tool calls (and EM/F1) of ``engine``'s policy on each named
     benchmark, at most ``tasks`` tasks each, with a progress bar (or lines) per benchmark;
     ``chunk_size``: most episodes played at once (``evaluate``)."""
-    from srpo_agents.running.evaluate import evaluate
-    from srpo_agents.running.train import held_out
+    from srpo_agents.running.evaluate import evaluate, held_out
 
     results = {}
     for name, bench in benchmark_configs(replace(config, eval_tasks=tasks), names, data_dir):

@@ -17,6 +17,10 @@ error that says why.
 The policy's weights and tokenizer are also saved with ``save_pretrained`` under
 ``policy/`` (``policy-<role>/`` for per-role policies) so that ``srpo eval --checkpoint``
 and any Hugging Face tool can load them.
+
+A run saves and resumes through one interface, ``save(step, config, extra)`` and
+``load(log)``: ``WholeCheckpoints`` below, or ``sharded_checkpoint.ShardedCheckpoints``
+when the learner is sharded (FSDP2).
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ import numpy as np
 import torch
 
 from srpo_agents import faults
+from srpo_agents.files import file_sha256, fsync_dir, swap_in
 from srpo_agents.models.adapters import load_trainable_state, save_role_adapters, trainable_state
-from srpo_envs.retrieval.cache import atomic_write  # stdlib only: tmp, fsync, replace
 
 CHECKPOINTS = "checkpoints"
 LEGACY_NAME = "checkpoint.pt"
@@ -48,43 +52,20 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used (corrupt, truncated, of another run or format)."""
 
 
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """A JSON file that is either the old one or the complete new one, never half."""
-    data = json.dumps(payload, indent=2).encode("utf-8")
-    atomic_write(Path(path), lambda handle: handle.write(data))
-
-
-def _swap_in(directory: Path, write) -> None:
-    """``write(tmp)`` into a temporary sibling folder, then swap it in for ``directory``."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
-    try:
-        write(tmp)
-        old = directory.with_name(directory.name + ".old")
-        if directory.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            directory.rename(old)
-        tmp.rename(directory)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def save_pretrained_atomic(model, tokenizer, directory: Path) -> None:
     """``save_pretrained`` into a temporary sibling folder, then swap it in."""
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
 
-    _swap_in(Path(directory), write)
+    swap_in(Path(directory), write)
 
 
 def save_policy_atomic(policy, directory: Path) -> None:
     """A policy's folder, swapped in whole: ``save_pretrained`` of a plain model, or one
     PEFT folder per role for role adapters (``srpo_agents.models.adapters``)."""
     if policy.adapter_roles:
-        _swap_in(Path(directory), lambda tmp: save_role_adapters(policy, tmp))
+        swap_in(Path(directory), lambda tmp: save_role_adapters(policy, tmp))
     else:
         save_pretrained_atomic(policy.model, policy.tokenizer, directory)
 
@@ -164,27 +145,8 @@ def optimizer_state(name: str, plain: dict[str, Any], tensors: dict[str, torch.T
     return {"state": state, "param_groups": groups}
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _canonical(payload: Any) -> bytes:
     return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode("utf-8")
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def checkpoint_dirs(run_dir: Path) -> list[Path]:
@@ -232,7 +194,7 @@ def save_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict
         with (tmp / "tensors.safetensors").open("rb+") as handle:
             os.fsync(handle.fileno())
         faults.kill_point("checkpoint")  # fault-injection tests: a kill mid-write
-        state = {"format": FORMAT, "tensors_sha256": _sha256(tmp / "tensors.safetensors"),
+        state = {"format": FORMAT, "tensors_sha256": file_sha256(tmp / "tensors.safetensors"),
                  "payload_sha256": hashlib.sha256(_canonical(payload)).hexdigest(),
                  "payload": payload}
         with (tmp / "state.json").open("w", encoding="utf-8") as handle:
@@ -243,7 +205,7 @@ def save_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
-        _fsync_dir(root)
+        fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -278,7 +240,7 @@ def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tenso
 
     state_path, tensor_path = folder / "state.json", folder / "tensors.safetensors"
     payload, state = read_state(folder)
-    if not tensor_path.is_file() or _sha256(tensor_path) != state["tensors_sha256"]:
+    if not tensor_path.is_file() or file_sha256(tensor_path) != state["tensors_sha256"]:
         raise CheckpointError(f"{tensor_path} is missing, truncated or corrupt (its SHA-256 "
                               f"does not match {state_path})")
     return payload, load_file(str(tensor_path))
@@ -326,3 +288,27 @@ def load_checkpoint(run_dir: Path, *, policies: dict[str, Any], optimizers: dict
         set_rng_state(payload["rng"], tensors, generators)
         return {**payload, "folder": str(folder)}
     raise CheckpointError("--resume: no usable checkpoint; " + "; ".join(problems))
+
+
+class WholeCheckpoints:
+    """A run's checkpoints holding whole weights (one process, or a rank with its own
+    copy). ``save`` and ``load`` are the interface a run checkpoints through; the FSDP2
+    learner's is ``sharded_checkpoint.ShardedCheckpoints``."""
+
+    def __init__(self, run_dir: Path, policies: dict[str, Any], optimizers: dict[str, Any],
+                 generators: dict[str, Any]):
+        self.run_dir, self.policies = Path(run_dir), policies
+        self.optimizers, self.generators = optimizers, generators
+
+    def save(self, step: int, config: dict, extra: dict) -> None:
+        save_checkpoint(self.run_dir, policies=self.policies, optimizers=self.optimizers,
+                        step=step, config=config, generators=self.generators, extra=extra)
+
+    def load(self, log=print) -> dict | None:
+        """Restore the newest good checkpoint in place and return its payload; None when
+        the run has none yet."""
+        if not has_checkpoint(self.run_dir):
+            return None
+        return load_checkpoint(self.run_dir, policies=self.policies,
+                               optimizers=self.optimizers, generators=self.generators,
+                               log=log)

@@ -43,18 +43,19 @@ from pathlib import Path
 
 import torch
 
-from srpo_agents.cli import format_table
+from srpo_agents.cli.tables import format_table
 from srpo_agents.config import TrainConfig
 from srpo_agents.learning.events import ActionUnit, build_units
 from srpo_agents.learning.learner import Learner, LearnerConfig
 from srpo_agents.learning.objective import ALGORITHMS, kappa_value
 from srpo_agents.models.policy import Policy, load_policy
-from srpo_agents.rollout.engine import Rollout
+from srpo_agents.models.registry import prepare_policy
+from srpo_agents.rollout.engine import Rollout, engine_for
 from srpo_agents.rollout.envs import env_factory
-from srpo_agents.running.evaluate import evaluate
+from srpo_agents.running.evaluate import evaluate, held_out
 from srpo_agents.running.plots import plot_curve
 from srpo_agents.running.search_recipe import WARM_ROOT, track_settings, warm_folder
-from srpo_agents.running.train import held_out, make_engine, prepare_policy, train
+from srpo_agents.running.train import train
 from srpo_agents.running.verdicts import cleared
 from srpo_agents.tiny.config import tiny_run
 from srpo_agents.tiny.source import warm_start_status
@@ -132,7 +133,7 @@ def ensure_start(rebuild_folder: Path, log=print, committed: Path = COMMITTED_ST
 def play(policy: Policy, config: TrainConfig, tasks: int, seed: int) -> list[Rollout]:
     """One episode of each of the first ``tasks`` validation questions (held out from
     training; the test split is left to the evaluations), sampled with ``seed``."""
-    engine = make_engine(config, policy)  # its sampler is seeded by the config's seed
+    engine = engine_for(config, policy)  # its sampler is seeded by the config's seed
     make = env_factory(config, "validation")
     envs = [make(seed * 1_000_003 + i) for i in range(tasks)]
     return engine.run(envs, [{"task_index": i, "episode_id": f"show-{i}"}
@@ -217,7 +218,7 @@ def redraw_curve(config: TrainConfig, start_policy: Policy, summary: dict) -> No
     the same validation questions by an engine of its own, so the run's random numbers
     are not touched."""
     envs, indices = held_out(config, split="validation", wanted=config.curve_tasks)
-    start = evaluate(make_engine(config, start_policy), envs, indices, config.eval_k,
+    start = evaluate(engine_for(config, start_policy), envs, indices, config.eval_k,
                      tag="curve-start", progress="validation, start policy (curve)")
     out = Path(config.out)
     plot_curve(out / "metrics.jsonl", out / "learning_curve.png",

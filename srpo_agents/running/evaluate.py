@@ -20,12 +20,15 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from srpo_agents.rollout.engine import RolloutEngine
-from srpo_agents.rollout.envs import env_pool as eval_pool  # noqa: F401 (imported from here)
+from srpo_agents.config import TrainConfig
+from srpo_agents.models.registry import prepare_policy
+from srpo_agents.rollout.engine import RolloutEngine, engine_for
+from srpo_agents.rollout.envs import env_factory, env_pool
 from srpo_agents.running.progress import Progress
 from srpo_agents.running.routing_stats import routing_summary
 
@@ -189,3 +192,48 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
     return result
 
 
+def task_count(envs: list) -> int | None:
+    """Distinct tasks of an env pool, or None for an endless generator."""
+    return getattr(envs[0], "num_tasks", None)
+
+
+def eval_indices(config: TrainConfig, envs: list, wanted: int | None = None,
+                  log=None, split: str = "test") -> list[int]:
+    """The first ``wanted`` (default ``eval_tasks``) task indices of a held-out pool, or
+    all of its distinct tasks when it has fewer (each is then used once, and ``log``
+    says how many)."""
+    wanted = config.eval_tasks if wanted is None else wanted
+    counter = getattr(envs[0], "distinct_tasks", None)
+    total = counter(wanted) if counter is not None else task_count(envs)
+    n = wanted if total is None else min(wanted, total)
+    if n < wanted and log is not None:
+        log(f"{split} split: {n} distinct tasks (asked for {wanted}); each is used once")
+    warning = getattr(envs[0], "held_out_warning", lambda: None)()
+    if warning and log is not None:
+        log(f"warning: {warning}")
+    return list(range(n))
+
+
+def held_out(config: TrainConfig, token_counter=None, split: str = "test", wanted=None,
+             log=None) -> tuple[list, list[int]]:
+    """The run's held-out env pool and task indices (the same for every algorithm):
+    the ``test`` split, read only by the evaluations before and after training, or the
+    ``validation`` split that the evaluations during training read. ``token_counter``:
+    the policy's token count, for the team cost (when it is on)."""
+    envs = env_pool(env_factory(config, split, token_counter), 256,
+                    config.seed + (1 if split == "test" else 2))
+    return envs, eval_indices(config, envs, wanted, log, split)
+
+
+def evaluate_start(config: TrainConfig, log=print, engine: RolloutEngine | None = None,
+                   progress: str = "") -> dict[str, Any]:
+    """The "before" evaluation of ``train`` on its own, so that runs that share a start
+    (the harness: every algorithm of one env, workflow and seed) can share it too.
+    ``engine``: one already built on the starting policy (so a caller that also uses it
+    for other evaluations loads the model once). ``progress``: a label for its progress
+    bar (none when empty)."""
+    if engine is None:
+        engine = engine_for(config, prepare_policy(config, Path(config.out), log)[0])
+    test_envs, indices = held_out(config, engine.policy.count_tokens)
+    return evaluate(engine, test_envs, indices, config.eval_k, tag="before",
+                    votes=True, progress=progress)   # as TrainingRun's own "before"

@@ -41,3 +41,20 @@ def read_metrics_rows(path: Path) -> list[dict]:
 def write_json_lines_atomic(path: Path, rows: list[dict]) -> None:
     data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
     atomic_write(path, lambda handle: handle.write(data))
+
+
+def time_breakdown(metrics_path: Path, warm: dict, before_after_eval: float,
+                   wall: float) -> dict[str, float]:
+    """Seconds of the run by phase: the warm start (0 when it was cached), generation and
+    env stepping of the training rollouts, updates, held-out evaluations (the ones
+    during training, and ``before_after_eval``: the before and after evaluations this
+    invocation ran; a "before" shared with other runs counts 0 here) and the rest."""
+    rows = read_metrics_rows(metrics_path)
+    out = {"warm_start": float(warm.get("seconds", 0.0)) if not warm.get("cached") else 0.0,
+           "generation": sum(r.get("generation_seconds", 0.0) for r in rows),
+           "env": sum(r.get("env_seconds", 0.0) for r in rows),
+           "update": sum(r.get("update_seconds", 0.0) for r in rows),
+           "evaluation": before_after_eval + sum(r.get("eval_seconds", 0.0) for r in rows)}
+    out["other"] = max(0.0, wall - sum(out.values()))
+    out["total"] = wall
+    return {k: round(v, 2) for k, v in out.items()}

@@ -21,8 +21,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from srpo_agents.config import TrainConfig, holds_config, same_settings
-from srpo_agents.running.checkpoint import has_checkpoint, write_json_atomic
-from srpo_agents.running.train import evaluate_start, train
+from srpo_agents.files import write_json_atomic
+from srpo_agents.running.checkpoint import has_checkpoint
+from srpo_agents.running.evaluate import evaluate_start
+from srpo_agents.running.train import train
 from srpo_envs.envs.math_env import PROMPT_SETS
 
 MODEL = "smollm2-135m-instruct"

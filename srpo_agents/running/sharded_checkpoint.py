@@ -28,14 +28,12 @@ from typing import Any
 
 import torch
 
+from srpo_agents.files import file_sha256, fsync_dir, swap_in
 from srpo_agents.models.adapters import save_role_adapters
 from srpo_agents.running.checkpoint import (
     KEEP,
     SHARED,
     CheckpointError,
-    _fsync_dir,
-    _sha256,
-    _swap_in,
     checkpoint_dirs,
     load_checkpoint,
     policy_dir,
@@ -112,7 +110,7 @@ def save_sharded(folder: Path, model: torch.nn.Module, optimizer, payload: dict)
         dcp.save(_state(model, optimizer), checkpoint_id=str(tmp), no_dist=not _distributed())
     _barrier()
     if _rank() == 0:
-        files = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         for name in files:
             with (tmp / name).open("rb+") as handle:
                 os.fsync(handle.fileno())
@@ -124,7 +122,7 @@ def save_sharded(folder: Path, model: torch.nn.Module, optimizer, payload: dict)
         if folder.exists():
             shutil.rmtree(folder)
         tmp.rename(folder)
-        _fsync_dir(folder.parent)
+        fsync_dir(folder.parent)
     _barrier()
     return folder
 
@@ -145,7 +143,7 @@ def load_sharded(folder: Path, model: torch.nn.Module, optimizer) -> dict:
                               f"({err})") from None
     for name, digest in files.items():
         path = folder / name
-        if not path.is_file() or _sha256(path) != digest:
+        if not path.is_file() or file_sha256(path) != digest:
             raise CheckpointError(f"{path} is missing, truncated or corrupt (its SHA-256 "
                                   f"does not match {folder / STATE})")
     target = _state(model, optimizer)
@@ -194,24 +192,7 @@ def save_full_policy(policy, directory: Path) -> None:
             policy.model.save_pretrained(tmp, state_dict=state)
             policy.tokenizer.save_pretrained(tmp)
 
-        _swap_in(Path(directory), write)
-    _barrier()
-
-
-def save_run_state(root: Path, run_dir: Path, policy, optimizer, *, step: int, config: dict,
-                   generators: dict, extra: dict) -> None:
-    """Every rank calls it, at the end of step ``step``: the weights and AdamW state into
-    ``root/checkpoints-sharded/step-N`` (shared, DCP), then this rank's own checkpoint in
-    ``run_dir`` (its RNGs and ``extra``, no model tensors), then ``root/policy`` from the
-    gathered weights. A step is resumable once both its parts exist on every rank
-    (``load_run_state``), so a kill between them falls back to the step before."""
-    save_sharded(_step_folder(root, step), policy.model, optimizer, {"step": step})
-    save_checkpoint(run_dir, policies={}, optimizers={}, step=step, config=config,
-                    generators=generators, extra=extra)
-    save_full_policy(policy, policy_dir(root, SHARED))
-    if _rank() == 0:
-        for old in _sharded_steps(root)[KEEP:]:
-            shutil.rmtree(_step_folder(root, old), ignore_errors=True)
+        swap_in(Path(directory), write)
     _barrier()
 
 
@@ -226,36 +207,61 @@ def _own_steps(run_dir: Path) -> list[int]:
     return steps
 
 
-def load_run_state(root: Path, run_dir: Path, policy, optimizer, generators: dict,
-                   log=print) -> dict | None:
-    """Every rank calls it: restores the newest step that every rank's own checkpoint
-    and the shared sharded one hold (both verified), and returns this rank's payload;
-    None (on every rank) where no step is whole yet."""
-    import torch.distributed as dist
+class ShardedCheckpoints:
+    """A sharded (FSDP2) run's checkpoints, with the interface of
+    ``checkpoint.WholeCheckpoints``: every rank calls ``save`` and ``load``."""
 
-    mine = set(_own_steps(run_dir))
-    if _distributed():
-        every: list = [None] * dist.get_world_size()
-        dist.all_gather_object(every, sorted(mine))
-        common = set.intersection(*(set(steps) for steps in every))
-    else:
-        common = mine
-    sharded = _sharded_steps(root)
-    if common and not sharded:  # the same on every rank: all raise together
-        raise CheckpointError(
-            f"{run_dir}: checkpoints of steps {sorted(common)} hold whole weights on "
-            f"every rank (srpo's data parallelism before FSDP2), and this srpo resumes "
-            f"only sharded ones ({Path(root) / SHARDED}); start a new run folder, or "
-            f"resume it with the srpo that wrote it")
-    for step in sharded:
-        if step not in common:
-            continue
-        try:
-            load_sharded(_step_folder(root, step), policy.model, optimizer)
-        except CheckpointError as err:  # every rank reads the same files: all skip it
-            log(f"checkpoint skipped: {err}")
-            continue
-        payload = load_checkpoint(run_dir, policies={}, optimizers={}, generators=generators,
-                                  log=log, step=step)
-        return {**payload, "folder": str(_step_folder(root, step))}
-    return None
+    def __init__(self, root: Path, run_dir: Path, policy, optimizer, generators: dict):
+        self.root, self.run_dir, self.policy = Path(root), Path(run_dir), policy
+        self.optimizer, self.generators = optimizer, generators
+
+    def save(self, step: int, config: dict, extra: dict) -> None:
+        """At the end of step ``step``: the weights and AdamW state into
+        ``root/checkpoints-sharded/step-N`` (shared, DCP), then this rank's own checkpoint
+        in ``run_dir`` (its RNGs and ``extra``, no model tensors), then ``root/policy``
+        from the gathered weights. A step is resumable once both its parts exist on every
+        rank (``load``), so a kill between them falls back to the step before."""
+        root = self.root
+        save_sharded(_step_folder(root, step), self.policy.model, self.optimizer,
+                     {"step": step})
+        save_checkpoint(self.run_dir, policies={}, optimizers={}, step=step, config=config,
+                        generators=self.generators, extra=extra)
+        save_full_policy(self.policy, policy_dir(root, SHARED))
+        if _rank() == 0:
+            for old in _sharded_steps(root)[KEEP:]:
+                shutil.rmtree(_step_folder(root, old), ignore_errors=True)
+        _barrier()
+
+    def load(self, log=print) -> dict | None:
+        """Restore the newest step that every rank's own checkpoint and the shared sharded
+        one hold (both verified), and return this rank's payload; None (on every rank)
+        where no step is whole yet."""
+        import torch.distributed as dist
+
+        root, run_dir = self.root, self.run_dir
+        mine = set(_own_steps(run_dir))
+        if _distributed():
+            every: list = [None] * dist.get_world_size()
+            dist.all_gather_object(every, sorted(mine))
+            common = set.intersection(*(set(steps) for steps in every))
+        else:
+            common = mine
+        sharded = _sharded_steps(root)
+        if common and not sharded:  # the same on every rank: all raise together
+            raise CheckpointError(
+                f"{run_dir}: checkpoints of steps {sorted(common)} hold whole weights on "
+                f"every rank (srpo's data parallelism before FSDP2), and this srpo resumes "
+                f"only sharded ones ({root / SHARDED}); start a new run folder, or "
+                f"resume it with the srpo that wrote it")
+        for step in sharded:
+            if step not in common:
+                continue
+            try:
+                load_sharded(_step_folder(root, step), self.policy.model, self.optimizer)
+            except CheckpointError as err:  # every rank reads the same files: all skip it
+                log(f"checkpoint skipped: {err}")
+                continue
+            payload = load_checkpoint(run_dir, policies={}, optimizers={},
+                                      generators=self.generators, log=log, step=step)
+            return {**payload, "folder": str(_step_folder(root, step))}
+        return None

@@ -23,18 +23,6 @@ from __future__ import annotations
 from typing import Any
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.running.step import (  # noqa: F401 (the names callers import from here)
-    check_data,
-    eval_pool,
-    evaluate_start,
-    held_out,
-    make_engine,
-    mixed_group_fraction,
-    prepare_policy,
-    time_breakdown,
-    train_step,
-    update_policies,
-)
 from srpo_agents.running.training_run import TrainingRun
 
 

@@ -26,39 +26,26 @@ import torch
 
 from srpo_agents import faults
 from srpo_agents.config import TrainConfig
+from srpo_agents.files import write_json_atomic
 from srpo_agents.learning.learner import Learner
 from srpo_agents.learning.objective import ADVANTAGE_ESTIMATORS, ALGORITHMS
 from srpo_agents.models.policy import Policy
-from srpo_agents.models.registry import check_model, model_source
-from srpo_agents.rollout.envs import env_factory
-from srpo_agents.running.checkpoint import (
-    SHARED,
-    has_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-    write_json_atomic,
-)
-from srpo_agents.running.evaluate import eval_pool, evaluate
+from srpo_agents.models.registry import check_model, model_source, prepare_policy
+from srpo_agents.rollout.engine import engine_for
+from srpo_agents.rollout.envs import check_data, env_factory, env_pool
+from srpo_agents.running.checkpoint import SHARED, WholeCheckpoints
+from srpo_agents.running.evaluate import evaluate, held_out, task_count
 from srpo_agents.running.metrics_log import (
     append_json_line,
     read_metrics_rows,
+    time_breakdown,
     write_json_lines_atomic,
 )
 from srpo_agents.running.plan import estimate, estimate_line, plan_line
 from srpo_agents.running.plots import plot_curve
 from srpo_agents.running.progress import bar, duration
 from srpo_agents.running.routing_stats import plot_routing
-from srpo_agents.running.step import (
-    check_data,
-    held_out,
-    learn,
-    make_engine,
-    prepare_policy,
-    step_metrics,
-    task_count,
-    time_breakdown,
-    train_step,
-)
+from srpo_agents.running.step import learn, step_metrics, train_step
 from srpo_agents.running.verdicts import task_difference
 
 
@@ -132,6 +119,17 @@ class TrainingRun:
         """The learner on FSDP2: checkpoints through ``sharded_checkpoint``."""
         return any(learner.sharded for learner in self.learners.values())
 
+    def checkpoints(self):
+        """Where the run saves and resumes: whole weights, or sharded ones (FSDP2)."""
+        if self.sharded:
+            from srpo_agents.running.sharded_checkpoint import ShardedCheckpoints
+
+            return ShardedCheckpoints(self.root, self.run_dir, self.policies[SHARED],
+                                      self.learners[SHARED].optimizer, self.generators)
+        return WholeCheckpoints(self.run_dir, self.policies,
+                                {n: lrn.optimizer for n, lrn in self.learners.items()},
+                                self.generators)
+
     @property
     def metrics_path(self) -> Path:
         return self.run_dir / "metrics.jsonl"
@@ -171,7 +169,7 @@ class TrainingRun:
             torch.distributed.barrier()
         algorithm = ALGORITHMS[config.algo]
         estimator = ADVANTAGE_ESTIMATORS[config.advantage or algorithm.advantage]
-        train_envs = eval_pool(env_factory(config, "train", policy.count_tokens),
+        train_envs = env_pool(env_factory(config, "train", policy.count_tokens),
                                config.tasks_per_step * config.group_size, config.sampling_seed)
         test = held_out(config, policy.count_tokens, log=log)
         validation = ([], [])
@@ -188,7 +186,7 @@ class TrainingRun:
         if config.per_role_policies:
             role_policies = {role: policy.copy_with(copy.deepcopy(policy.model),
                                                     f"{policy.name}#{role}") for role in roles}
-        engine = make_engine(config, policy, role_policies)
+        engine = engine_for(config, policy, role_policies)
         rollout = engine
         if config.rollout_workers:
             from srpo_agents.rollout.ray_engine import RayRolloutEngine
@@ -210,17 +208,8 @@ class TrainingRun:
 
     def _resume_or_start(self) -> None:
         config, log = self.config, self.log
-        payload = None
-        if config.resume and self.sharded:  # every rank takes part, checkpoint or not
-            from srpo_agents.running.sharded_checkpoint import load_run_state
-
-            payload = load_run_state(self.root, self.run_dir, self.policies[SHARED],
-                                     self.learners[SHARED].optimizer, self.generators, log)
-        elif config.resume and has_checkpoint(self.run_dir):
-            payload = load_checkpoint(self.run_dir, policies=self.policies,
-                                      optimizers={n: lrn.optimizer
-                                                  for n, lrn in self.learners.items()},
-                                      generators=self.generators, log=log)
+        # a sharded run: every rank takes part, checkpoint or not
+        payload = self.checkpoints().load(log) if config.resume else None
         if payload is not None:
             self.start_step = payload["step"]
             self.before = payload["extra"].get("before") or self.before
@@ -449,18 +438,7 @@ class TrainingRun:
                  "eval_seconds": self.eval_seconds}
         if self.config.max_staleness:
             extra["async"] = self._drain()
-        if self.sharded:
-            from srpo_agents.running.sharded_checkpoint import save_run_state
-
-            save_run_state(self.root, self.run_dir, self.policies[SHARED],
-                           self.learners[SHARED].optimizer, step=step + 1,
-                           config=self.config.to_dict(), generators=self.generators,
-                           extra=extra)
-            return
-        save_checkpoint(self.run_dir, policies=self.policies,
-                        optimizers={n: lrn.optimizer for n, lrn in self.learners.items()},
-                        step=step + 1, config=self.config.to_dict(),
-                        generators=self.generators, extra=extra)
+        self.checkpoints().save(step + 1, self.config.to_dict(), extra)
 
     def finish(self) -> dict[str, Any]:
         """The test evaluation after training; ``summary.json``, the curve and plots."""

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from srpo_agents import faults
+from srpo_agents.files import write_json_atomic
 from srpo_agents.models.policy import Policy, load_policy
 from srpo_agents.rollout.engine import RolloutEngine
 from srpo_agents.running.checkpoint import (
@@ -42,7 +43,6 @@ from srpo_agents.running.checkpoint import (
     save_checkpoint,
     save_pretrained_atomic,
     set_rng_state,
-    write_json_atomic,
 )
 from srpo_agents.running.evaluate import evaluate
 from srpo_agents.running.progress import bar as progress_bar
@@ -285,7 +285,7 @@ def warm_start(run_dir: Path, make_train_env: Callable[[int], Any],
     is checked, and the phase stops once it reaches ``focus_target`` (a skill that
     appears at an unpredictable step is then waited for, not gambled on).
     ``make_eval_env`` must make envs of a validation split (module docstring); ``key``:
-    what else shapes the result (``srpo_agents.running.train.warm_start_key``), part of the cache
+    what else shapes the result (``srpo_agents.tiny.source.warm_start_key``), part of the cache
     key. ``vocab_size``: the tokenizer's (``tiny.build_tiny_policy``; 0, bytes only).
     ``init``: a finished warm start's folder (``run_dir/warmstart`` of another build, of
     this shape) to begin from instead of a fresh model; its tokenizer is kept (so

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from srpo_agents.config import TrainConfig, holds_config
-from srpo_agents.running.checkpoint import write_json_atomic
+from srpo_agents.files import write_json_atomic
 from srpo_agents.running.metrics_log import read_metrics_rows
 
 
@@ -70,7 +70,7 @@ same_config = holds_config  # re-exported: the harness's name for it
 
 def warm_start_job(config: TrainConfig) -> dict:
     """Build the pair's starting policy (cached in its ``warmstart_dir`` option)."""
-    from srpo_agents.running.train import prepare_policy
+    from srpo_agents.models.registry import prepare_policy
 
     _, meta = prepare_policy(config, Path(config.out), log=lambda *_: None)
     return meta
@@ -78,10 +78,10 @@ def warm_start_job(config: TrainConfig) -> dict:
 
 def _engine(config: TrainConfig, model: str):
     from srpo_agents.models.policy import load_policy, precision_kwargs, resolve_device
-    from srpo_agents.running.train import make_engine
+    from srpo_agents.rollout.engine import engine_for
 
     device = resolve_device(config.device)
-    return make_engine(config, load_policy(model, device=device,
+    return engine_for(config, load_policy(model, device=device,
                                            **precision_kwargs(config.dtype, device)))
 
 
@@ -95,7 +95,7 @@ def benchmark_results(config: TrainConfig, engine, names: str, tasks: int) -> di
 def before_job(config: TrainConfig, path: Path, benchmarks: str = "", tasks: int = 0) -> dict:
     """The starting policy's held-out result for one pair and seed (cached in ``path``),
     and with ``benchmarks`` its result on each benchmark file."""
-    from srpo_agents.running.train import evaluate_start
+    from srpo_agents.running.evaluate import evaluate_start
 
     if not same_config(path, config):
         # One model load serves the start evaluation and the benchmark files.
@@ -111,8 +111,7 @@ def majority_result(config: TrainConfig, run_dir: Path, size: int) -> dict:
     """The trained single agent's plurality vote over ``size`` samples on the run's
     held-out tasks (``evaluate.majority_at`` over its eval_k samples per task), with the
     tokens of ``size`` episodes; cached in ``majority.json``."""
-    from srpo_agents.running.evaluate import evaluate, majority_at
-    from srpo_agents.running.train import held_out
+    from srpo_agents.running.evaluate import evaluate, held_out, majority_at
 
     path = run_dir / "majority.json"
     if same_config(path, config):

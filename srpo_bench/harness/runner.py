@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.running.checkpoint import write_json_atomic
+from srpo_agents.files import write_json_atomic
 from srpo_agents.running.metrics_log import write_json_lines_atomic
 from srpo_agents.tiny.config import tiny_run
 from srpo_bench.harness.compare import compare_lines, write_compare_plots
