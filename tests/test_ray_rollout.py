@@ -16,7 +16,7 @@ from srpo_agents.config import TrainConfig  # noqa: E402
 from srpo_agents.running.train import train  # noqa: E402
 from srpo_agents.tiny.config import tiny_run  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # make test-heavy runs it
 BASE = dict(env="SRPO-Countdown-v0", workflow="parallel", n_agents=2, group_size=2,
             tasks_per_step=4, eval_tasks=4, eval_k=2, max_new_tokens=6, lr=1e-3,
             warmstart_steps=2, warmstart_target=1.0, save_every=0)

@@ -13,7 +13,7 @@ import pytest
 
 from srpo_agents.cli import main
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # make test-heavy runs it
 
 REAL = "smollm2-135m-instruct"
 ENV = ["--env", "SRPO-Math-v0", "--workflow", "solve_verify", "--max-new-tokens", "8"]

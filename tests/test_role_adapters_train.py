@@ -82,6 +82,7 @@ def test_checkpoints_hold_the_adapters_only(straight):
         assert moved and max(moved) > 0, role
 
 
+@pytest.mark.heavy
 def test_a_run_killed_mid_update_resumes_exactly(straight):
     run = straight / "killed"
     killed = _train(run, straight / "warm", cwd=straight, kill_at="update@1")

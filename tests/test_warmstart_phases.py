@@ -50,6 +50,8 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "model.safetensors"))
 
 
+@pytest.mark.slow
+@pytest.mark.heavy
 def test_a_killed_build_resumes_to_the_same_weights(tmp_path):
     _, meta = _build(tmp_path / "whole")
     assert meta["steps"] == 11  # 6 main + 5 focus
@@ -221,6 +223,8 @@ def test_a_first_target_ends_the_first_phase_when_the_skill_appears(tmp_path, mo
 BUILD_LR = 3e-3  # warm_start's default lr (BUILD leaves it)
 
 
+@pytest.mark.slow
+@pytest.mark.heavy
 def test_a_build_killed_after_its_first_phase_resumes_into_the_main_phase(tmp_path,
                                                                           monkeypatch):
     _, meta = _build(tmp_path / "whole", **_with_first_target(monkeypatch, [0.0, 0.5, 0.9]))
