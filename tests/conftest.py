@@ -1,7 +1,17 @@
+import os
 import re
 from pathlib import Path
 
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # make test's two workers share the 2 cores: one thread each (and in the processes
+    # they start), where two threads each made every torch op wait on the other worker
+    # (the router test took 90 s in a worker against 11 s alone)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -4,6 +4,7 @@ suffices and a team where only a team succeeds."""
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from collections import Counter
@@ -273,13 +274,14 @@ def chosen_k(engine, envs, tag: str) -> dict[str, Counter]:
     return counts
 
 
-def test_router_learns_one_agent_for_easy_and_a_team_for_hard(uniform_router):
+def train_router(policy, seed: int) -> tuple[dict, dict]:
+    """The router's K choices before and after SRPO training from ``policy`` (in place)."""
     algorithm = ALGORITHMS["srpo"]
     estimator = ADVANTAGE_ESTIMATORS[algorithm.advantage]
-    torch.manual_seed(0)
-    engine = RolloutEngine(uniform_router, max_new_tokens=3, seed=0)
-    learner = Learner(uniform_router, algorithm,
-                      LearnerConfig(lr=5e-4, epochs=2, minibatch_episodes=8), seed=0)
+    torch.manual_seed(seed)
+    engine = RolloutEngine(policy, max_new_tokens=3, seed=seed)
+    learner = Learner(policy, algorithm,
+                      LearnerConfig(lr=5e-4, epochs=2, minibatch_episodes=8), seed=seed)
     envs = [LevelRouteEnv(seed=i) for i in range(64)]
     start = chosen_k(engine, envs, "start")
     # 40 steps of 8 mini-batches of 8 episodes, 2 epochs: easy's K = 1 wins by 0.1 a
@@ -289,16 +291,26 @@ def test_router_learns_one_agent_for_easy_and_a_team_for_hard(uniform_router):
     for step in range(40):
         options = [{"task_index": i % 2, "episode_id": f"s{step}-{i}"} for i in range(64)]
         train_step(engine, envs, options, algorithm, estimator, {"shared": learner})
-    end = chosen_k(engine, envs, "end")
+    return start, chosen_k(engine, envs, "end")
 
+
+def test_router_learns_one_agent_for_easy_and_a_team_for_hard(uniform_router):
+    """On at least 2 of 3 seeds. One trajectory is not a verdict here: the start weights
+    moved by 1e-7 (as float rounding moves them between processes: the same seed failed
+    in one process and passed in another) left hard tasks on K = 1 in 1 of 8 tries
+    (issue 64), which one seed would have called a failure of the rule."""
     def share(counts: Counter, ks) -> float:
         return sum(counts[k] for k in ks) / sum(counts.values())
 
-    easy_start, easy_end = share(start["easy"], [1]), share(end["easy"], [1])
-    hard_start, hard_end = share(start["hard"], [2, 3]), share(end["hard"], [2, 3])
-    assert easy_start < 0.55 and hard_start < 0.85, (start, "the start is not near uniform")
-    assert easy_end >= easy_start + 0.25 and easy_end >= 0.7, (start, end)
-    assert hard_end >= max(0.9, hard_start + 0.1), (start, end)
+    learned = {}
+    for seed in (0, 1, 2):
+        start, end = train_router(copy.deepcopy(uniform_router), seed)
+        easy_start, easy_end = share(start["easy"], [1]), share(end["easy"], [1])
+        hard_start, hard_end = share(start["hard"], [2, 3]), share(end["hard"], [2, 3])
+        assert easy_start < 0.55 and hard_start < 0.85, (start, "the start is not near uniform")
+        learned[seed] = (easy_end >= easy_start + 0.25 and easy_end >= 0.7
+                         and hard_end >= max(0.9, hard_start + 0.1), start, end)
+    assert sum(ok for ok, _, _ in learned.values()) >= 2, learned
 
 
 # -- the diagnostics, end to end ---------------------------------------------------------
