@@ -28,10 +28,17 @@ from srpo_bench.machine import describe, write_results
 
 PLAY = "playing the batch (generation and env)"
 
-LEVERS = {"demo (shuffled episodes, micro-batches of 32 rows)": {},
-          "micro-batches of 16 rows": {"microbatch_rows": 16},
-          "mini-batches by task": {"minibatch_by": "task"},
-          "by task, micro-batches of 16 rows": {"minibatch_by": "task", "microbatch_rows": 16}}
+# every lever sets all three settings: the demo's own config has taken some of them
+SHUFFLED = {"minibatch_by": "episode", "microbatch_rows": 32, "skip_zero_advantage": False}
+LEVERS = {"shuffled episodes, micro-batches of 32 rows (the demo before issue 61)": SHUFFLED,
+          "micro-batches of 16 rows": {**SHUFFLED, "microbatch_rows": 16},
+          "mini-batches by task": {**SHUFFLED, "minibatch_by": "task"},
+          "by task, micro-batches of 16 rows": {**SHUFFLED, "minibatch_by": "task",
+                                                "microbatch_rows": 16},
+          # units of all-right or all-wrong groups carry advantage 0 and no gradient
+          # (beta 0): the same update without their passes
+          "by task, 16 rows, skipping zero advantages": {
+              "minibatch_by": "task", "microbatch_rows": 16, "skip_zero_advantage": True}}
 
 
 def main() -> None:
@@ -90,9 +97,9 @@ def main() -> None:
              f"{' '.join(map(str, args.threads))}`", "",
              f"Machine: {describe()}. {args.note}".rstrip(), "",
              f"One batch of `make demo` ({len(rollouts)} episodes, {len(units)} units, seed 0, "
-             "the committed start); the demo's update under each lever from the same weights "
+             "the committed start); the update under each lever from the same weights "
              "and generator, and the playing of such a batch, all alternating each round. "
-             f"Speed-up: against the demo's own update (or playing) at {args.threads[0]} "
+             f"Speed-up: against the first lever's update (or playing) at {args.threads[0]} "
              "thread(s).", "",
              "| threads | lever | seconds by round | median | speed-up | optimizer steps "
              "| grad norm |", "|---:|---|---|---:|---:|---:|---:|"]

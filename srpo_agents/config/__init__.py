@@ -103,6 +103,13 @@ class TrainConfig(RunConfig, EvalConfig, LearnerConfig, RolloutConfig, Algorithm
             raise ValueError("data_parallel with dynamic_sampling: its extra rounds differ "
                              "by rank, and every rollout of a sharded (FSDP2) learner is a "
                              "collective that all ranks must call together")
+        clash = ("data_parallel" if self.data_parallel else
+                 "rollout_workers" if self.rollout_workers else
+                 f"backend={self.backend!r}" if self.backend != "hf" else "")
+        if self.eval_processes and clash:
+            raise ValueError(f"eval_processes={self.eval_processes} with {clash}: the "
+                             f"evaluation helpers copy the hf policy of one process "
+                             f"(expected eval_processes=0 there)")
         if self.max_staleness and self.data_parallel:
             raise ValueError(f"max_staleness={self.max_staleness} with data_parallel: "
                              f"asynchronous rollouts need one learner process (use "

@@ -202,11 +202,17 @@ class EvalConfig:
     eval_temperature: float | None = None
     """Sampling temperature of every role in the held-out evaluations (0: greedy);
     unset: the rollouts' (each role's own with --role-sampling)."""
+    eval_processes: int = 0
+    """Share the held-out evaluations with this many more processes, one torch thread
+    each, every one with a copy of the policy (srpo_agents.running.eval_process): on
+    the CPU a second core plays episodes faster in a process of its own than as a
+    second thread. 0: this process evaluates alone. The hf backend in one process only
+    (not with data_parallel, rollout_workers or the vllm backend)."""
 
     def check_eval(self) -> None:
         for name in ("eval_tasks", "eval_k"):
             check_int(self, name, 1)
-        for name in ("eval_every", "curve_tasks"):
+        for name in ("eval_every", "curve_tasks", "eval_processes"):
             check_int(self, name, 0)
         value = self.eval_temperature
         if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)

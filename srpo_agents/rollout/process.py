@@ -92,8 +92,8 @@ class RolloutProcess:
         context = torch.multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         self._process = context.Process(
-            target=_serve, args=(child, config.to_dict(), _cpu_copy(policy),
-                                 {role: _cpu_copy(p) for role, p in role_policies.items()},
+            target=_serve, args=(child, config.to_dict(), cpu_copy(policy),
+                                 {role: cpu_copy(p) for role, p in role_policies.items()},
                                  pool_size, samplers),
             daemon=True, name="srpo-rollout")
         self._process.start()
@@ -148,8 +148,21 @@ class RolloutProcess:
         self._conn.close()
 
 
-def _cpu_copy(policy):
+def cpu_copy(policy):
+    """A copy of ``policy`` on the CPU, to send to a spawned process."""
     return policy.copy_with(copy.deepcopy(policy.model).to("cpu"))
+
+
+def load_weights(weights: dict[str, dict[str, torch.Tensor]], policy,
+                 role_policies: dict[str, Any]) -> None:
+    """``trainable_tensors``' copies into a process's policies: a role's into that
+    role's policy, the shared ones into ``policy``."""
+    for name, tensors in weights.items():
+        target = role_policies.get(name, policy)
+        loaded = target.model.load_state_dict(tensors, strict=False)
+        if loaded.unexpected_keys:
+            raise KeyError(f"weights of {name!r} the process's copy lacks: "
+                           f"{loaded.unexpected_keys[:3]}")
 
 
 def _serve(conn, config: dict, policy, role_policies: dict[str, Any], pool_size: int,
@@ -189,12 +202,7 @@ def _serve(conn, config: dict, policy, role_policies: dict[str, Any], pool_size:
         _, step, version, weights, options = message
         try:
             if weights is not None:
-                for name, tensors in weights.items():
-                    target = role_policies.get(name, policy)
-                    loaded = target.model.load_state_dict(tensors, strict=False)
-                    if loaded.unexpected_keys:
-                        raise KeyError(f"weights of {name!r} the rollout copy lacks: "
-                                       f"{loaded.unexpected_keys[:3]}")
+                load_weights(weights, policy, role_policies)
             engine.policy_version = version
             faults.at_step(step)
             start, spent = time.monotonic(), dict(engine.seconds)

@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 from srpo_agents.rollout.files import rollout_rows, rollouts_from_rows
+from srpo_agents.rollout.process import cpu_copy
 
 
 class _Worker:
@@ -137,7 +138,7 @@ class RayRolloutEngine:
         self._actor = ray.remote(**options)(_Worker)
         self._config = config.to_dict()
         self._pool = config.tasks_per_step * config.group_size // workers + config.group_size
-        self._policy_ref = ray.put(_cpu_copy(policy))
+        self._policy_ref = ray.put(cpu_copy(policy))
         self.workers = [self._spawn(i) for i in range(workers)]
         self._seen = [0] * workers  # the weights version each worker holds
         self._weights: tuple[int, Any] | None = None
@@ -289,11 +290,6 @@ class RayRolloutEngine:
         for worker in self.workers:
             self._ray.kill(worker, no_restart=True)
         self.workers = []
-
-
-def _cpu_copy(policy):
-    """A copy of ``policy`` on the CPU to ship to the workers."""
-    return policy.copy_with(copy.deepcopy(policy.model).to("cpu"))
 
 
 class RayProducer:

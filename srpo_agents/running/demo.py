@@ -71,12 +71,16 @@ with seed 0 whatever the demo's seed (the seed moves the RL run, not its start).
 
 DEMO = dict(START, algo="srpo", steps=50, group_size=8, tasks_per_step=16, lr=6e-5,
             epochs=1, minibatch_episodes=16, minibatch_by="task", microbatch_rows=16,
-            eps_high=0.28, eval_tasks=500, eval_k=4, eval_every=10, curve_tasks=100,
-            save_every=0)
+            skip_zero_advantage=True, eps_high=0.28, eval_tasks=500, eval_k=4,
+            eval_every=10, curve_tasks=50, eval_processes=1, save_every=0)
 """The RL run: the harness's search_compare settings (``benchmarks/comparisons/harness.py``) but
 for ``steps`` and ``lr``, chosen on seeds 10 and 11 (``benchmarks/results/demo_pilot.md``),
 and mini-batches by task in micro-batches of 16 rows, which took the update from 13.8 s
-to 6.1 s on one thread (``demo_levers.md``; by task: ``demo_pilot_61.md``, seeds 10, 11)."""
+to 6.1 s on one thread (``demo_levers.md``; by task: ``demo_pilot_61.md``, seeds 10, 11).
+Units of all-right or all-wrong groups skip their passes (the same update: advantage 0
+and beta 0; 3.0 -> 2.5 s at two threads), and one helper process shares the held-out
+evaluations (``eval_processes.md``: 1.38x on the "before" one); the validation curve
+reads 50 questions (100 before issue 61)."""
 
 BAR = (0.05, 3.0)
 """The demo's bar: held-out avg@k after minus before >= 0.05 and >= 3 paired SE."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,8 +107,8 @@ def run_tasks(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int]
 
 def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int], k: int,
              tag: str = "eval", votes: bool = False, progress: str = "",
-             chunk_size: int | None = None, log=None, keep: list | None = None
-             ) -> dict[str, Any]:
+             chunk_size: int | None = None, log=None, keep: list | None = None,
+             helpers=None, split: str = "test") -> dict[str, Any]:
     """Run ``k`` episodes of each task on the given env pool (reused in chunks).
 
     Teams with a parallel event also get ``solver_majority`` (the share of episodes in
@@ -118,20 +118,44 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
     ``progress``: the label of the progress over the episodes (none when empty): a bar in
     a terminal, else a line to ``log`` (stderr by default) every 30 s. ``chunk_size``:
     most episodes played at once (default: the pool's size); smaller chunks update the
-    progress more often. ``keep``: a list the played episodes are added to."""
+    progress more often. ``keep``: a list the played episodes are added to.
+    ``helpers``: an ``EvalProcesses`` that plays a share of the tasks in processes of
+    their own, from the same ``split``'s pool (``srpo_agents.running.eval_process``);
+    the figures are computed over all episodes in task order, as here alone."""
+    shown = Progress(len(task_indices) * k, progress, "episode", log) if progress else None
+    # a chunk's episodes finish together: counted as one, a line's rate and ETA are the
+    # chunks' (counted one by one, the first line after a chunk is the rate of one)
+    chunk = min(len(envs), chunk_size or len(envs))
+
+    def play_here(indices: Sequence[int]) -> Iterator[tuple[int, int, Any]]:
+        total = len(indices) * k
+        for n, (t, j, _, rollout) in enumerate(run_tasks(engine, envs, indices, k, tag,
+                                                         chunk_size), start=1):
+            if shown is not None and (n % chunk == 0 or n == total):
+                shown.update(chunk if n % chunk == 0 else n % chunk)
+            yield t, j, rollout
+
+    if helpers is None:
+        episodes = play_here(task_indices)
+    else:
+        episodes = helpers.spread(play_here, task_indices, k, tag, split)
+        if shown is not None:  # the helpers' episodes, counted when they arrive
+            shown.update(len(task_indices) * k - shown.done)
+    result = summarize(episodes, task_indices, k, votes, keep)
+    if shown is not None:
+        shown.close()
+    return result
+
+
+def summarize(episodes: Iterable[tuple[int, int, Any]], task_indices: Sequence[int], k: int,
+              votes: bool = False, keep: list | None = None) -> dict[str, Any]:
+    """``evaluate``'s figures over ``(task, sample, rollout)`` episodes in task order."""
     correct: dict[int, list[bool]] = {t: [] for t in task_indices}
     keys: dict[int, list[str | None]] = {t: [] for t in task_indices}
     tokens, calls, em, f1, played, solvers, boxes = [], [], [], [], [], [], []
     cut_off, boxed_right = [], []   # boxed_right: correctness of the boxed episodes
     anywhere = []
-    shown = Progress(len(task_indices) * k, progress, "episode", log) if progress else None
-    # a chunk's episodes finish together: counted as one, a line's rate and ETA are the
-    # chunks' (counted one by one, the first line after a chunk is the rate of one)
-    chunk = min(len(envs), chunk_size or len(envs))
-    for n, (t, _, _, rollout) in enumerate(run_tasks(engine, envs, task_indices, k, tag,
-                                                     chunk_size), start=1):
-        if shown is not None and (n % chunk == 0 or n == len(task_indices) * k):
-            shown.update(chunk if n % chunk == 0 else n % chunk)
+    for t, _, rollout in episodes:
         played.append(rollout)
         cut_off += [not sample.finished for sample in rollout.samples.values()]
         correct[t].append(episode_correct(rollout))
@@ -151,8 +175,6 @@ def evaluate(engine: RolloutEngine, envs: Sequence, task_indices: Sequence[int],
         if "em" in final:
             em.append(float(final["em"]))
             f1.append(float(final.get("f1", 0.0)))
-    if shown is not None:
-        shown.close()
     if keep is not None:
         keep.extend(played)
     per_task_avg = np.array([np.mean(v) for v in correct.values()])

@@ -113,6 +113,7 @@ class TrainingRun:
     loop_started: float = 0.0             # when this invocation's first step began
     lost_counted: int = 0                 # Ray episodes lost, as far as reported
     root: Path | None = None              # rank 0's folder (the run's), on every rank
+    helpers: Any = None                   # eval_processes: the evaluations' helpers
 
     @property
     def sharded(self) -> bool:
@@ -200,9 +201,18 @@ class TrainingRun:
         task_rng = random.Random(config.sampling_seed)
         generators = {"task_rng": task_rng, **engine.sampler_generators(),
                       **{f"learner_rng:{name}": lrn.rng for name, lrn in learners.items()}}
+        helpers = None
+        if config.eval_processes:
+            from srpo_agents.running.eval_process import EvalProcesses
+
+            if next(policy.model.parameters()).device.type != "cpu":
+                raise ValueError(f"eval_processes={config.eval_processes} on "
+                                 f"{next(policy.model.parameters()).device}: the helpers "
+                                 f"evaluate on the CPU's cores (expected 0 on a GPU)")
+            helpers = EvalProcesses(config, policy, role_policies, config.eval_processes)
         run = cls(config, log, run_dir, started, rank, world, warm, algorithm, estimator,
                   train_envs, test, validation, engine, rollout, policies, learners,
-                  generators, task_rng, before, root=root)
+                  generators, task_rng, before, root=root, helpers=helpers)
         run._resume_or_start()
         return run
 
@@ -225,6 +235,8 @@ class TrainingRun:
             # rows of the steps to be replayed go, and so does a line torn by a kill
             write_json_lines_atomic(self.metrics_path, kept)
             log(f"resumed from {payload['folder']} at step {self.start_step}")
+            if self.helpers is not None:  # they hold the starting weights: send these
+                self.helpers.version = -1
         elif self.metrics_path.exists():
             self.metrics_path.unlink()
         if self.before is None:
@@ -256,18 +268,21 @@ class TrainingRun:
                                  self.learners[name], self.algorithm)
         self.log(estimate_line(self.estimate, self.config.steps - self.start_step))
 
-    def _evaluate(self, tag: str, envs: list, indices: list[int], keep: list | None = None
-                  ) -> tuple[dict, float]:
+    def _evaluate(self, tag: str, envs: list, indices: list[int], keep: list | None = None,
+                  split: str = "validation") -> tuple[dict, float]:
         tick = time.monotonic()
         # a bar for the test evaluations before and after (the train bar covers the rest)
         label = f"held-out {tag}" if tag in ("before", "after") else ""
+        if self.helpers is not None:  # they get the weights when an update moved them
+            self.helpers.follow(self.policies, self.updates_total)
         # each episode's vote too: a majority vote of the trained policy at equal tokens
         result = evaluate(self.engine, envs, indices, self.config.eval_k, tag=tag,
-                          progress=label, votes=True, keep=keep)
+                          progress=label, votes=True, keep=keep, helpers=self.helpers,
+                          split=split)
         return result, time.monotonic() - tick
 
     def _test(self, tag: str, keep: list | None = None) -> dict:
-        result, spent = self._evaluate(tag, *self.test, keep=keep)
+        result, spent = self._evaluate(tag, *self.test, keep=keep, split="test")
         self.eval_seconds += spent
         k = self.config.eval_k
         self.log(f"{tag}: avg@{k} {result['avg_at_k']:.3f} (+-{result['avg_at_k_stderr']:.3f}), "
@@ -450,6 +465,9 @@ class TrainingRun:
             self.producer.shutdown()
             self.producer = None
         after = self._test("after")
+        if self.helpers is not None:
+            self.helpers.shutdown()
+            self.helpers = None
         if self.board is not None:
             self.board.evaluation("after", after, config.steps)
             self.board.close()
