@@ -28,6 +28,7 @@ import copy
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,30 +193,41 @@ def _serve(conn, config: dict, policy, role_policies: dict[str, Any], pool_size:
     except Exception:
         conn.send(("error", traceback.format_exc()))
         return
+
+    def play(message) -> tuple:
+        _, step, version, weights, options = message
+        if weights is not None:
+            load_weights(weights, policy, role_policies)
+        engine.policy_version = version
+        faults.at_step(step)
+        start, spent = time.monotonic(), dict(engine.seconds)
+        while len(envs) < len(options):
+            envs.append(copy.deepcopy(envs[0]))
+        rollouts = engine.run(envs[:len(options)], options)
+        rows = [row for rollout in rollouts for row in rollout_rows(rollout)]
+        batch = Batch(step, version, rows,
+                      {k: engine.seconds[k] - spent[k] for k in spent},
+                      (start, time.monotonic()),
+                      {name: g.get_state().tolist()
+                       for name, g in engine.sampler_generators().items()})
+        return ("batch", batch.to_dict())
+
+    answer(conn, play)
+
+
+def answer(conn, handle: Callable[[tuple], tuple]) -> None:
+    """A spawned process's loop: ``handle`` each message and send back what it returns,
+    until told to stop (``STOP``) or the other end of the pipe closes; an exception in
+    ``handle`` is sent back as ``("error", traceback)`` and ends the loop."""
     while True:
         try:
             message = conn.recv()
         except (EOFError, ConnectionError):
-            return  # the learner is gone
+            return  # the other end is gone
         if message[0] == STOP:
             return
-        _, step, version, weights, options = message
         try:
-            if weights is not None:
-                load_weights(weights, policy, role_policies)
-            engine.policy_version = version
-            faults.at_step(step)
-            start, spent = time.monotonic(), dict(engine.seconds)
-            while len(envs) < len(options):
-                envs.append(copy.deepcopy(envs[0]))
-            rollouts = engine.run(envs[:len(options)], options)
-            rows = [row for rollout in rollouts for row in rollout_rows(rollout)]
-            batch = Batch(step, version, rows,
-                          {k: engine.seconds[k] - spent[k] for k in spent},
-                          (start, time.monotonic()),
-                          {name: g.get_state().tolist()
-                           for name, g in engine.sampler_generators().items()})
-            conn.send(("batch", batch.to_dict()))
+            conn.send(handle(message))
         except Exception:
             conn.send(("error", traceback.format_exc()))
             return

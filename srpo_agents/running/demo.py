@@ -75,8 +75,8 @@ DEMO = dict(START, algo="srpo", steps=50, group_size=8, tasks_per_step=16, lr=6e
             eval_every=10, curve_tasks=50, eval_processes=1, save_every=0)
 """The RL run: the harness's search_compare settings (``benchmarks/comparisons/harness.py``) but
 for ``steps`` and ``lr``, chosen on seeds 10 and 11 (``benchmarks/results/demo_pilot.md``),
-and mini-batches by task in micro-batches of 16 rows, which took the update from 13.8 s
-to 6.1 s on one thread (``demo_levers.md``; by task: ``demo_pilot_61.md``, seeds 10, 11).
+and mini-batches by task in micro-batches of 16 rows, which took the update from 10.0 s
+to 4.2 s on one thread (``demo_levers.md``; by task: ``demo_pilot_61.md``, seeds 10, 11).
 Units of all-right or all-wrong groups skip their passes (the same update: advantage 0
 and beta 0; 3.0 -> 2.5 s at two threads), and one helper process shares the held-out
 evaluations (``eval_processes.md``: 1.38x on the "before" one); the validation curve

@@ -1,11 +1,12 @@
 """Held-out evaluations shared with processes of their own (``eval_processes`` N >= 1).
 
-On the CPU a second torch thread does not make generation faster (the demo's batch
-played in 3.0 s at one thread and at two: ``benchmarks/results/demo_levers.md``), so a
-second core plays more episodes in a second process than as a second thread. Each
-helper process holds a copy of the run's policies (one torch thread), the run's held-out
-env pools (the test and the validation split, built as ``evaluate.held_out`` builds
-them: the same tasks), and a sampler of its own, seeded apart from the run's.
+On the CPU a tiny or small model's generation uses a second core better in a process of
+its own than as a second torch thread: the demo's "before" evaluation took 35.3 s on two
+threads and 25.6 s split with one helper of one thread (``benchmarks/results/
+eval_processes.md``, 2 cores). Each helper process holds a copy of the run's policies
+(one torch thread), the run's held-out env pools (the test and the validation split,
+built as ``evaluate.held_out`` builds them: the same tasks), and a sampler of its own,
+seeded apart from the run's.
 
 ``spread`` gives each helper its share of an evaluation's tasks (every (N+1)-th task),
 with the weights of the run's policies when they changed since the helper last got them,
@@ -29,7 +30,13 @@ import torch
 
 from srpo_agents.rollout.engine import Rollout
 from srpo_agents.rollout.files import rollout_rows, rollouts_from_rows
-from srpo_agents.rollout.process import STOP, cpu_copy, load_weights, trainable_tensors
+from srpo_agents.rollout.process import (
+    STOP,
+    answer,
+    cpu_copy,
+    load_weights,
+    trainable_tensors,
+)
 
 SEED_OFFSET = 7_919_000
 """Helper i samples with the run's sampling seed + SEED_OFFSET + i (the Ray rollout
@@ -161,22 +168,16 @@ def _serve(conn, config: dict, policy, role_policies: dict[str, Any], index: int
     except Exception:
         conn.send(("error", traceback.format_exc()))
         return
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, ConnectionError):
-            return  # the run is gone
-        if message[0] == STOP:
-            return
+
+    def evaluate_share(message) -> tuple:
         _, weights, split, share, k, tag = message
-        try:
-            if weights is not None:
-                load_weights(weights, policy, role_policies)
-            if split not in pools:
-                pools[split] = held_out(config, policy.count_tokens, split)[0]
-            played = [(t, j, (rollout.episode_id, rollout.task_id), list(rollout_rows(rollout)))
-                      for t, j, _, rollout in run_tasks(engine, pools[split], share, k, tag)]
-            conn.send(("episodes", played))
-        except Exception:
-            conn.send(("error", traceback.format_exc()))
-            return
+        if weights is not None:
+            load_weights(weights, policy, role_policies)
+        if split not in pools:
+            pools[split] = held_out(config, policy.count_tokens, split)[0]
+        return ("episodes", [(t, j, (rollout.episode_id, rollout.task_id),
+                              list(rollout_rows(rollout)))
+                             for t, j, _, rollout in run_tasks(engine, pools[split], share, k,
+                                                               tag)])
+
+    answer(conn, evaluate_share)
