@@ -89,9 +89,9 @@ def test_cli_flags_of_eval_and_rollout_are_checked(tmp_path, capsys):
 def test_a_config_json_from_before_the_sections_still_loads():
     """``config_before_sections.json``: a run's recorded config as the flat TrainConfig
     of before the sections wrote it. It loads unchanged: every value reads back, and the
-    only new keys are the learner's weight decay, the asynchronous settings, the trackers
-    and the per-role and evaluation sampling, each at its default (no decay,
-    synchronous, no tracker, the run's sampling everywhere)."""
+    only new keys are the learner's weight decay, the asynchronous settings, the trackers,
+    the per-role and evaluation sampling and the evaluation helpers, each at its default
+    (no decay, synchronous, no tracker, the run's sampling everywhere, no helper)."""
     import json
     from pathlib import Path
 
@@ -111,7 +111,7 @@ def test_a_config_json_from_before_the_sections_still_loads():
            "skip_zero_advantage": False, "fsdp": "", "rollout_worker_gpus": 0.0,
            "rollout_device": "",
            "weight_sync": "collective", "ray_ranks": 0, "minibatch_episodes": 0,
-           "token_budget": 0, "minibatch_by": "episode"}
+           "token_budget": 0, "minibatch_by": "episode", "eval_processes": 0}
     assert {k: loaded[k] for k in set(loaded) - set(recorded)} == new
     # each field is declared in exactly one section
     names = [f.name for section in SECTIONS for f in dataclasses.fields(section)]

@@ -3,14 +3,17 @@ S``, and one table of their results: held-out avg@4 before and after, the differ
 paired by question with its standard error and z, pass@4, and each run's wall time.
 
     python benchmarks/learning/demo_seeds.py [--seeds 0 1 2 3 4] [--out runs/demo-seeds]
-        [--clone] [--note "how the runs shared the CPU"]
+        [--clone] [--note "how the runs shared the CPU"] [--recorded OLD_demo_seeds.json]
 
 ``--clone``: each seed is ``make demo`` in a fresh clone of HEAD (commit first), so its
 wall time includes creating the clone's .venv, as a newcomer's first run does.
 
 A seed whose folder already holds a finished run of the demo's setting is read back, not
 rerun, so seeds can be run by separate invocations (two at a time, say, each with
-OMP_NUM_THREADS=1) and a last invocation over all of them writes the table. Each run's
+OMP_NUM_THREADS=1) and a last invocation over all of them writes the table.
+``--recorded``: a ``demo_seeds.json`` this script wrote before; a seed whose folder is
+gone (a new checkout has no ``runs/``) is read from it when its record is of the demo's
+current setting, so a table can be finished without running its seeds again. Each run's
 printed output is kept in ``OUT/seedS.log``. Writes ``benchmarks/results/demo_seeds.md``
 and ``.json`` (the summaries without their per-question lists) and copies the first
 seed's learning curve to ``benchmarks/results/demo_learning_curve.png``. Each run's own
@@ -53,6 +56,18 @@ def finished(run_dir: Path, seed: int) -> dict | None:
         summary["config"], expected, ignore=()) else None
 
 
+def recorded_run(path: str | None, seed: int) -> dict | None:
+    """The seed's record in an earlier ``demo_seeds.json`` when it ran the demo's current
+    setting (its per-question lists were not kept: the table needs none)."""
+    if not path:
+        return None
+    run = json.loads(Path(path).read_text())["seeds"].get(str(seed))
+    if run is None:
+        return None
+    expected = demo_config(run["config"]["out"], seed, model=run["config"]["model"])
+    return run if same_settings(run["config"], expected, ignore=()) else None
+
+
 def run_seed(run_dir: Path, seed: int, clone: bool) -> None:
     """The demo exactly as ``make demo`` runs it, in its own process; with ``clone``,
     ``make demo`` itself in a fresh clone of this repository's HEAD (its own .venv,
@@ -88,11 +103,17 @@ def main() -> None:
     parser.add_argument("--note", default="", help="a sentence on how the runs shared the CPU")
     parser.add_argument("--clone", action="store_true",
                         help="run each seed as `make demo` in a fresh clone (install included)")
+    parser.add_argument("--recorded", help="a demo_seeds.json written before: a seed whose "
+                        "folder is gone is read from it if it ran the current setting")
     args = parser.parse_args()
     runs = {}
     for seed in args.seeds:
         run_dir = Path(args.out) / f"seed{seed}"
         if finished(run_dir, seed) is None:
+            runs[seed] = recorded_run(args.recorded, seed)
+            if runs[seed] is not None:
+                print(f"seed {seed}: read from {args.recorded} (its folder is gone)")
+                continue
             run_seed(run_dir, seed, args.clone)
         runs[seed] = finished(run_dir, seed)
     k = demo_config().eval_k
@@ -145,6 +166,10 @@ def main() -> None:
     # The first seed's curve, drawn again with the start's validation point at step 0
     # (runs made before the demo drew it had none; drawing it touches no result).
     first = runs[args.seeds[0]]
+    if not Path(first["config"]["out"]).is_dir():
+        print("\n".join(lines) + "\n(the first seed's folder is gone: the committed curve "
+              "stays as it was drawn from it)")
+        return
     config = TrainConfig(**tiny_run({k: tuple(v) if isinstance(v, list) else v
                                      for k, v in first["config"].items()},
                                     model=str(COMMITTED_START / "warmstart")))
