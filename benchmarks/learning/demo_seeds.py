@@ -121,7 +121,8 @@ def main() -> None:
         "# `make demo` on five seeds", "",
         "Command: `python benchmarks/learning/demo_seeds.py "
         f"--seeds {' '.join(map(str, args.seeds))} "
-        f"--out {args.out}{' --clone' * args.clone}`; each seed is "
+        f"--out {args.out}{' --clone' * args.clone}"
+        + (f" --recorded {args.recorded}" if args.recorded else "") + "`; each seed is "
         + ("`make demo DEMO_ARGS=\"--seed S\"` in a fresh clone of commit "
            f"{runs[args.seeds[0]]['commit']}, its install included in the wall time"
            if args.clone else "`python -m srpo_agents.running.demo --seed S` in its own process")

@@ -17,9 +17,9 @@ What runs, in order (a progress bar with an ETA for each):
    took 1401 s on 2 cores) before it goes on;
 2. the team's actions: one validation episode, each event's active set printed once;
 3. held-out avg@4 before training (500 test-split questions x 4 samples);
-4. SRPO: ``steps`` steps of 16 questions x G=8 episodes, one epoch of 8 clipped updates
-   per batch (mini-batches of two questions' 16 episodes), with a validation curve every
-   10 steps;
+4. SRPO: ``steps`` (42) steps of 16 questions x G=8 episodes, one epoch of 8 clipped
+   updates per batch (mini-batches of two questions' 16 episodes), with a validation
+   curve of 50 questions every 10 steps;
 5. held-out avg@4 after, the paired difference with its standard error and a one-line
    verdict, the learning-curve PNG, and one validation question played before and after,
    each role's text side by side.
@@ -29,7 +29,8 @@ demo (math, three solvers and an aggregator) spent 10 to 35 of its 34-44 minutes
 building its start point and missed its bar on every seed. This team learned on every
 seed the comparison ran (+0.108, +0.127 and +0.128 over 100 steps at lr 3e-5), and its
 start point is committed. The steps and lr were then chosen on seeds 10 and 11, before
-seeds 0-4 ran, to fit 15 minutes on 2 cores.
+seeds 0-4 ran: first to fit 15 minutes on 2 cores, then (issue 61, pilot 61b) the fewer,
+larger steps of a 5-minute target.
 """
 
 from __future__ import annotations
