@@ -12,6 +12,7 @@ import pytest
 from srpo_agents.config import same_settings
 from srpo_agents.running import demo
 from srpo_agents.tiny.source import tiny_config, warm_start_status
+from tests.scripts import bench_module
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
@@ -134,3 +135,18 @@ def test_five_seed_table_ran_the_demo_setting():
         assert same_settings(run["config"], expected, ignore=()), seed
         assert run["config"]["model"].endswith(
             "warmstarts/SRPO-Search-v0-search_answer_verify/warmstart")
+
+
+def test_a_seed_whose_folder_is_gone_is_read_from_its_record_only_if_it_ran_the_setting(
+        tmp_path):
+    """demo_seeds --recorded: a new checkout has no runs/, so a finished table's seeds
+    are read from its own demo_seeds.json, but a record of another setting is refused."""
+    seeds = bench_module("demo_seeds", "learning")
+    committed = json.loads((RESULTS / "demo_seeds.json").read_text())
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(committed))
+    assert seeds.recorded_run(str(path), 3) == committed["seeds"]["3"]
+    assert seeds.recorded_run(str(path), 9) is None and seeds.recorded_run(None, 3) is None
+    committed["seeds"]["3"]["config"]["lr"] *= 2
+    path.write_text(json.dumps(committed))
+    assert seeds.recorded_run(str(path), 3) is None

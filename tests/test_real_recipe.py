@@ -4,7 +4,6 @@ pilot's rule picks as its docstring says, and the weighed differences read the r
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -12,19 +11,11 @@ import pytest
 
 from srpo_agents.running.real_recipe import RUN, TEAM, real_config
 from srpo_bench.real_model import CANDIDATES, chosen, config_for
+from tests.scripts import bench_module
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 BENCH = REPO / "benchmarks" / "real_model"
-
-
-def bench_module(name: str):
-    """``benchmarks/real_model/<name>.py`` as a module (the benchmarks are scripts, not a
-    package)."""
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def learns_module():

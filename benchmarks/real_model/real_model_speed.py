@@ -36,14 +36,22 @@ from srpo_bench.machine import describe, write_results
 
 ROOT = Path(__file__).resolve().parents[2]
 
+ISSUE_50 = {"minibatch_by": "episode", "eval_processes": 0}
+"""Issue 50's values of every setting the recipe has changed since: ``baseline`` stays
+that recipe whatever the recipe's defaults become."""
+
 CONFIGS: dict[str, dict] = {
     "baseline": {},
+    "by_task": {"minibatch_by": "task"},
+    "eval_helper": {"eval_processes": 1},
     "bf16": {"dtype": "bfloat16"},
     "vllm": {"backend": "vllm"},
     "bf16+vllm": {"dtype": "bfloat16", "backend": "vllm"},
 }
-"""Each lever alone and together; ``baseline`` is issue 50's recipe. ``new`` (below) is
-the recipe's current setting, whatever it is."""
+"""Each lever alone (on top of ``baseline``, issue 50's recipe) and two together.
+``by_task``: a step's episodes grouped by task, so a micro-batch's rows share their
+task's prompt pass; ``eval_helper``: one helper process plays part of each held-out
+evaluation. ``new`` (below) is the recipe's current setting, whatever it is."""
 
 FIGURES = ("step_seconds", "generation_seconds", "pi_old_seconds", "update_seconds",
            "other_seconds", "eval_seconds_per_100_episodes", "tokens_per_s", "peak_rss_gb")
@@ -61,7 +69,7 @@ def config_for(name: str, steps: int, eval_tasks: int, out: str, model: str | No
     config = demo_config(0, out, **changes)
     if name == "new":  # the recipe as it stands
         return config
-    return replace(config, **CONFIGS[name])
+    return replace(config, **{**ISSUE_50, **CONFIGS[name]})
 
 
 def measure_one(name: str, steps: int, eval_tasks: int, out: str, model: str | None) -> dict:
