@@ -36,7 +36,7 @@ from srpo_bench.machine import describe, write_results
 
 ROOT = Path(__file__).resolve().parents[2]
 
-ISSUE_50 = {"minibatch_by": "episode", "eval_processes": 0}
+ISSUE_50 = {"minibatch_by": "episode", "eval_processes": 0, "dtype": "auto"}
 """Issue 50's values of every setting the recipe has changed since: ``baseline`` stays
 that recipe whatever the recipe's defaults become."""
 

@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from srpo_agents.models.policy import native_bf16
 from srpo_bench.machine import RESULTS, cpu_model, describe, write_results
 
 SHAPES = {"tiny (hidden 128, 4 layers, vocab 260)": dict(hidden_size=128, intermediate_size=512,
@@ -27,12 +28,6 @@ SHAPES = {"tiny (hidden 128, 4 layers, vocab 260)": dict(hidden_size=128, interm
           "SmolLM2-like (hidden 576, 4 of its 30 layers, vocab 49152)":
               dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9,
                    num_key_value_heads=3, vocab_size=49152)}
-
-
-def native_bf16() -> bool:
-    """Whether the CPU computes bfloat16 natively (AVX512-BF16 or AMX); without it
-    oneDNN emulates bf16 in float32 and converts on every op."""
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
 def seconds(model, ids: torch.Tensor, bf16: bool) -> float:

@@ -124,7 +124,8 @@ class ModelConfig:
     """Precision: float32; bfloat16 or float16, mixed (float32 weights, gradients and AdamW
     state, 16-bit compute under autocast; the sampler computes in it too); pure-bfloat16
     or pure-float16 (the weights and AdamW state in 16 bits as well: most updates at lr
-    1e-5 round away); auto (bfloat16 on CUDA, float32 elsewhere)."""
+    1e-5 round away); auto (bfloat16 on CUDA, float32 elsewhere); bfloat16-if-native
+    (bfloat16 on CUDA and on a CPU with AVX512-BF16 or AMX, float32 elsewhere)."""
 
     def check_model(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():

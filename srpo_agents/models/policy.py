@@ -196,11 +196,15 @@ class Policy:
         prefix, suffix = rendered.split(_SENTINEL)
         return prefix, suffix
 
-DTYPES = ("auto", "float32", "bfloat16", "float16", "pure-bfloat16", "pure-float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16", "pure-bfloat16", "pure-float16",
+          "bfloat16-if-native")
 """``--dtype``: "bfloat16" and "float16" are mixed precision (float32 weights, gradients
 and AdamW state, 16-bit compute under autocast), as TRL's ``bf16=True``; the "pure-"
 names keep the weights and the optimizer state in 16 bits too, where an AdamW step at a
-learning rate of 1e-5 mostly rounds away."""
+learning rate of 1e-5 mostly rounds away. "bfloat16-if-native": mixed bfloat16 on CUDA
+and on a CPU that computes bf16 natively (``native_bf16``), float32 elsewhere, where
+bf16 is slower: the fastest of the two on the machine at hand, so two machines may round
+differently."""
 
 
 @dataclass(frozen=True)
@@ -235,12 +239,24 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX): where it does,
+    bf16 autocast ran a SmolLM2-like forward and backward 2.25x faster than float32;
+    where it does not, 0.26x (``benchmarks/results/cpu_bf16.md``)."""
+    import torch
+
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
 def resolve_precision(dtype: str, device: str) -> Precision:
-    """``--dtype`` on ``device``: "auto" is mixed bfloat16 on CUDA, float32 elsewhere."""
+    """``--dtype`` on ``device``: "auto" is mixed bfloat16 on CUDA, float32 elsewhere;
+    "bfloat16-if-native" also mixed bfloat16 on a CPU with native bf16."""
     import torch
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: expected one of {DTYPES}")
+    if dtype == "bfloat16-if-native":
+        dtype = "bfloat16" if str(device) == "cpu" and native_bf16() else "auto"
     if dtype == "auto":
         dtype = "bfloat16" if str(device).startswith("cuda") else "float32"
     compute = getattr(torch, dtype.removeprefix("pure-"))

@@ -34,7 +34,15 @@ from srpo_agents.running.demo import (
     shown_lines,
     verdict_line,
 )
-from srpo_agents.running.real_recipe import MODEL, PROMPTS, RUN, TEAM, real_config, run_one
+from srpo_agents.running.real_recipe import (
+    MODEL,
+    PROMPTS,
+    RUN,
+    SPEED,
+    TEAM,
+    real_config,
+    run_one,
+)
 
 BAR = (0.0, 3.0)
 """This demo's bar (issue 50's): held-out avg@k after minus before >= 3 paired SE."""
@@ -44,8 +52,10 @@ SHOW_TASKS = 12
 
 
 def demo_config(seed: int = 0, out: str = "runs/demo-real", **overrides) -> TrainConfig:
-    """Seed ``seed``'s team run of the recipe (``RUN``: the pilot's choice)."""
-    return real_config(seed, out, **{"workflow": TEAM, "algo": "srpo", **RUN, **overrides})
+    """Seed ``seed``'s team run of the recipe (``RUN``: the pilot's choice) with its speed
+    settings (``SPEED``)."""
+    return real_config(seed, out, **{"workflow": TEAM, "algo": "srpo", **RUN, **SPEED,
+                                     **overrides})
 
 
 def setting_text(config: TrainConfig) -> str:

@@ -88,6 +88,14 @@ def run_one(config: TrainConfig, log=print) -> dict:
     write_json_atomic(summary, result)
     return result
 
+SPEED = dict(minibatch_by="task", eval_processes=1, dtype="bfloat16-if-native")
+"""What ``make demo-real`` adds to issue 50's recipe to run faster (issue 61,
+``benchmarks/results/real_model_speed.md``): a step's episodes grouped by task, so the
+rows of a micro-batch share their task's prompt pass (with one optimizer step a batch the
+gradient is the same sum, only its rounding moves); one helper process playing part of
+each held-out evaluation; and bf16 autocast over float32 master weights where the CPU
+computes bf16 natively (float32 elsewhere, where bf16 is slower)."""
+
 RUN = dict(lr=1e-5, steps=33, eval_tasks=500, eval_k=2, skip_zero_advantage=True)
 """The pilot's choice once full lr 3e-5 was dropped (its seed-0 run fell into repeating
 itself: ``benchmarks/results/real_model_pilot_v2.md``): full update, lr 1e-5, and the
