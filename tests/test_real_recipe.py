@@ -176,8 +176,8 @@ def test_the_script_runs_pilot_runs_and_report_end_to_end(math_tiny_dir, tmp_pat
     assert "Chosen by the rule: " in table and "not run yet" not in table
     assert "| untrained team | - |" in table and "Steps of the runs: " in table
     with pytest.raises(SystemExit, match="RUN is not the pilot's choice"):
-        module.run(Namespace(seeds=[0], only=None, steps=None), tmp_path / "runs")
-    module.run(Namespace(seeds=[0], only=None, steps=1), tmp_path / "runs")
+        module.run(Namespace(seeds=[0], only=None, steps=None, speed=False), tmp_path / "runs")
+    module.run(Namespace(seeds=[0], only=None, steps=1, speed=False), tmp_path / "runs")
     records = json.loads((results / "real_model_learns.json").read_text())
     assert sorted(r["run"] for r in records) == ["single", "team-grpo", "team-srpo"]
     for record in records:
@@ -196,6 +196,18 @@ def test_the_script_runs_pilot_runs_and_report_end_to_end(math_tiny_dir, tmp_pat
     assert "| team-srpo | 0 |" in report and "Team - single agent (after): " in report
     assert "| written anywhere |" in report
     assert "SRPO - GRPO (the team, after): " in report and "a vote of " in report
+    assert "speed settings" not in report
+    # issue 61: the team again with the speed settings, weighed against issue 50's run
+    module.run(Namespace(seeds=[0], only=["team-srpo"], steps=1, speed=True), tmp_path / "runs")
+    records = json.loads((results / "real_model_learns.json").read_text())
+    assert sorted((r["run"], r["config"]) for r in records) == [
+        ("single", "issue50"), ("team-grpo", "issue50"), ("team-srpo", "issue50"),
+        ("team-srpo", "speed")]
+    fast = json.loads((tmp_path / "runs" / "team-srpo-s0-speed" / "summary.json").read_text())
+    assert {k: fast["config"][k] for k in module.SPEED} == module.SPEED
+    report = (results / "real_model_learns.md").read_text()
+    assert "team-srpo, speed settings - issue 50's (after): " in report
+    assert report.count("| team-srpo | 0 |") == 2
 
 
 def test_the_docs_hand_command_is_the_demos_run():

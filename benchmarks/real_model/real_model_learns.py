@@ -3,6 +3,7 @@ team trained with SRPO, weighed against one agent trained alone and the team und
 
     python benchmarks/real_model/real_model_learns.py pilot      # seed 10: the grid below
     python benchmarks/real_model/real_model_learns.py run [--seeds 0 1 2] [--only team-srpo ...]
+        [--speed]                                                # issue 61: the recipe's SPEED
     python benchmarks/real_model/real_model_learns.py report     # the tables of what has finished
 
 **The setting** is ``srpo_agents.running.real_recipe``: the candidate that
@@ -42,6 +43,12 @@ tasks x ``EVAL_K`` episodes before and after. A run resumes from its checkpoint 
 command again); a finished one is read back. Records:
 ``benchmarks/results/real_model_learns.json`` (a list, one object per finished run) and
 the table beside it, made from it.
+
+**Learning unchanged (issue 61).** ``run --speed`` runs the same seeds with the recipe's
+speed settings (``real_recipe.SPEED``) into folders of their own; their records say
+``"config": "speed"`` (issue 50's, ``"issue50"``), and the report weighs each run name's
+speed runs against its issue-50 runs, "after" against "after" on the same tasks, by the
+verdict rule.
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ from srpo_agents.config import TrainConfig
 from srpo_agents.models.policy import load_policy
 from srpo_agents.rollout.engine import engine_for
 from srpo_agents.running.evaluate import evaluate, held_out, majority_at
-from srpo_agents.running.real_recipe import BATCH, RUN, TEAM, real_config, run_one
+from srpo_agents.running.real_recipe import BATCH, RUN, SPEED, TEAM, real_config, run_one
 from srpo_agents.running.verdicts import diff_cell, difference, task_difference
 from srpo_bench.real_model import chosen
 
@@ -201,10 +208,20 @@ def write_pilot(data: dict) -> None:
     print("\n".join(lines))
 
 
-def record(name: str, seed: int, summary: dict) -> dict:
+CONFIGS = {"issue50": {}, "speed": SPEED}
+"""The records' ``config``: issue 50's recipe, and the same with issue 61's speed
+settings (a record without the key is issue 50's)."""
+
+
+def config_name(record: dict) -> str:
+    return record.get("config", "issue50")
+
+
+def record(name: str, seed: int, summary: dict, config_name: str = "issue50") -> dict:
     config, before, after = summary["config"], summary["before"], summary["after"]
     diff = task_difference(before, after)
-    return {"model": config["model"], "env": config["env"], "workflow": config["workflow"],
+    return {"config": config_name, "model": config["model"], "env": config["env"],
+            "workflow": config["workflow"],
             "algo": config["algo"], "run": name, "seed": seed, "steps": config["steps"],
             "lr": config["lr"],
             "tasks": after["tasks"], "k": after["k"], "before": before["avg_at_k"],
@@ -292,8 +309,11 @@ def run_choice(args, out: Path, pilot_data: dict) -> bool:
     if name is None:
         sys.exit("the pilot has not finished, or every entry was dropped")
     wanted = {**GRID[name], "steps": args.steps or fitting_steps(pilot_data, name)}
-    configs = {(run_name, seed): real_config(seed, out / f"{run_name}-s{seed}",
-                                             **{**RUN, **wanted, **changes})
+    variant = "speed" if args.speed else "issue50"
+    suffix = "" if variant == "issue50" else f"-{variant}"
+    configs = {(run_name, seed): real_config(seed, out / f"{run_name}-s{seed}{suffix}",
+                                             **{**RUN, **wanted, **changes,
+                                                **CONFIGS[variant]})
                for seed in args.seeds for run_name, changes in RUNS.items()
                if not args.only or run_name in args.only}
     # a run left unfinished may have collapsed already (it holds the choice's settings)
@@ -307,14 +327,14 @@ def run_choice(args, out: Path, pilot_data: dict) -> bool:
     records = json.loads(path.read_text()) if path.exists() else []
     # runs of an entry dropped earlier stay in the file, out of this choice's tables
     ours = [r for r in records if r.get("lr") == wanted["lr"]]
-    done = {(r["run"], r["seed"]) for r in ours}
+    done = {(r["run"], r["seed"]) for r in ours if config_name(r) == variant}
     for (run_name, seed), config in configs.items():
         if (run_name, seed) in done:
             continue
         summary = run_one(config)
         if drop_if_collapsed(pilot_data, name, config):
             return False
-        records.append(record(run_name, seed, summary))
+        records.append(record(run_name, seed, summary, variant))
         ours.append(records[-1])
         path.write_text(json.dumps(records, indent=1) + "\n")
     write_report(ours)
@@ -325,7 +345,9 @@ def rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def write_report(records: list[dict]) -> None:
+def write_report(all_records: list[dict]) -> None:
+    records = [r for r in all_records if config_name(r) == "issue50"]
+    speed = [r for r in all_records if config_name(r) == "speed"]
     steps = sorted({r["steps"] for r in records})
     lines = ["# A real LLM learns on two CPU cores (issue 50)", "",
              "`python benchmarks/real_model/real_model_learns.py run`: "
@@ -357,8 +379,30 @@ def write_report(records: list[dict]) -> None:
     if by_run["team-srpo"] and by_run["team-grpo"]:
         lines += ["", "SRPO - GRPO (the team, after): "
                   + diff_cell(difference(by_run["team-srpo"], by_run["team-grpo"])) + "."]
+    if speed:
+        lines += speed_lines(speed, by_run)
     (RESULTS / "real_model_learns.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def speed_lines(speed: list[dict], by_run: dict[str, list[dict]]) -> list[str]:
+    """Issue 61's check: the runs with the speed settings (``SPEED``), and each run
+    name's "after" against its issue-50 run's on the same tasks, by the verdict rule."""
+    lines = ["", "## With issue 61's speed settings (learning unchanged?)", "",
+             f"The same runs with `{SPEED}` (`run --speed`).", "",
+             "| run | seed | before | after | gain | z | tokens / task | wall (min) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(speed, key=lambda r: (r["run"], r["seed"])):
+        lines.append(f"| {r['run']} | {r['seed']} | {r['before']:.3f} | {r['after']:.3f} | "
+                     f"{r['diff']:+.3f} +- {r['se']:.3f} | {z_score(r['diff'], r['se'])} | "
+                     f"{r['tokens_per_task_after']:.0f} | {r['wall_s'] / 60:.0f} |")
+    for name in RUNS:
+        fast = [{"seed": r["seed"], "per_task_avg": r["per_task_after"]}
+                for r in speed if r["run"] == name]
+        if fast and by_run[name]:
+            lines += ["", f"{name}, speed settings - issue 50's (after): "
+                      + diff_cell(difference(fast, by_run[name])) + "."]
+    return lines
 
 
 def z_score(diff: float, se: float) -> str:
@@ -393,6 +437,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None,
                         help="override the recipe's steps (a trial; recorded in each run)")
     parser.add_argument("--only", nargs="*", default=None, choices=list(RUNS))
+    parser.add_argument("--speed", action="store_true",
+                        help="the runs with the recipe's speed settings (issue 61)")
     parser.add_argument("--out", default="runs/real-model-learns")
     args = parser.parse_args()
     out = Path(args.out)
