@@ -142,6 +142,19 @@ class EvalProcesses:
         self._helpers = []
 
 
+def eval_helpers(config, policy, role_policies: dict[str, Any] | None = None
+                 ) -> EvalProcesses | None:
+    """``config.eval_processes`` helpers for ``policy`` (none when 0); refused on a GPU,
+    where the helpers would copy the model to the CPU's cores."""
+    if not config.eval_processes:
+        return None
+    device = next(policy.model.parameters()).device
+    if device.type != "cpu":
+        raise ValueError(f"eval_processes={config.eval_processes} on {device}: the helpers "
+                         f"evaluate on the CPU's cores (expected 0 on a GPU)")
+    return EvalProcesses(config, policy, role_policies or {}, config.eval_processes)
+
+
 def _episode(header: tuple[str, str], rows: list[dict], where: str):
     """One episode back from its ``(episode_id, task_id)`` and its rows
     (``rollout_rows``; none for an episode without a transition)."""

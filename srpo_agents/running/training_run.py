@@ -34,6 +34,7 @@ from srpo_agents.models.registry import check_model, model_source, prepare_polic
 from srpo_agents.rollout.engine import engine_for
 from srpo_agents.rollout.envs import check_data, env_factory, env_pool
 from srpo_agents.running.checkpoint import SHARED, WholeCheckpoints
+from srpo_agents.running.eval_process import eval_helpers
 from srpo_agents.running.evaluate import evaluate, held_out, task_count
 from srpo_agents.running.metrics_log import (
     append_json_line,
@@ -201,15 +202,7 @@ class TrainingRun:
         task_rng = random.Random(config.sampling_seed)
         generators = {"task_rng": task_rng, **engine.sampler_generators(),
                       **{f"learner_rng:{name}": lrn.rng for name, lrn in learners.items()}}
-        helpers = None
-        if config.eval_processes:
-            from srpo_agents.running.eval_process import EvalProcesses
-
-            if next(policy.model.parameters()).device.type != "cpu":
-                raise ValueError(f"eval_processes={config.eval_processes} on "
-                                 f"{next(policy.model.parameters()).device}: the helpers "
-                                 f"evaluate on the CPU's cores (expected 0 on a GPU)")
-            helpers = EvalProcesses(config, policy, role_policies, config.eval_processes)
+        helpers = eval_helpers(config, policy, role_policies)
         run = cls(config, log, run_dir, started, rank, world, warm, algorithm, estimator,
                   train_envs, test, validation, engine, rollout, policies, learners,
                   generators, task_rng, before, root=root, helpers=helpers)
