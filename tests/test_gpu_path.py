@@ -45,6 +45,19 @@ def test_auto_resolution_and_bad_values():
         TrainConfig(dtype="half")
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_bfloat16_if_native_follows_the_cpu(monkeypatch, native):
+    """Mixed bfloat16 on CUDA always, on the CPU only where it computes bf16 natively."""
+    from srpo_agents.models import policy
+
+    monkeypatch.setattr(policy, "native_bf16", lambda: native)
+    mixed, full = Precision(torch.float32, torch.bfloat16), Precision(torch.float32,
+                                                                      torch.float32)
+    assert resolve_precision("bfloat16-if-native", "cpu") == (mixed if native else full)
+    assert resolve_precision("bfloat16-if-native", "cuda") == mixed
+    assert resolve_precision("bfloat16-if-native", "mps") == full
+
+
 def _summary_keys(summary):
     return {k: sorted(v) if isinstance(v, dict) else None for k, v in summary.items()
             if k != "warm_start"}  # the second run finds the warm start cached

@@ -19,6 +19,11 @@ configuration: ``config``, ``step_seconds``, ``generation_seconds``, ``update_se
 ``eval_seconds_per_100_episodes``, ``peak_rss_gb`` and the rest) and ``.md``.
 
 A configuration that cannot run here (no vLLM venv) is reported as not run, not left out.
+
+Each configuration trains on its own samples: which groups have advantage 0 (skipped
+under ``--skip-zero-advantage``) and how long the answers run move a short run's step
+seconds more than a lever may (``benchmarks/speed/real_precision.py`` times the update
+and sampling on one fixed batch).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 (``--eval-processes``, issue 61).
 
     python benchmarks/speed/eval_processes.py [--rounds 2] [--helpers 1] [--tasks 500]
+        [--real]   # make demo-real's team (SmolLM2-135M-Instruct), eval_processes_real.md
 
 The demo's "before" evaluation (``--tasks`` test questions x k = 4, the committed start,
 seed 0) with torch's default threads in this process alone, then with ``--helpers``
@@ -36,10 +37,17 @@ def main() -> None:
     parser.add_argument("--helpers", type=int, default=1)
     parser.add_argument("--tasks", type=int, default=500)
     parser.add_argument("--note", default="", help="a sentence on how the run shared the CPU")
+    parser.add_argument("--real", action="store_true",
+                        help="make demo-real's team instead of the demo's")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as out:
-        config = demo_config(out, 0, model=str(COMMITTED_START / "warmstart"),
-                             eval_tasks=args.tasks)
+        if args.real:
+            from srpo_agents.running.real_demo import demo_config as real_config
+
+            config = real_config(0, out, eval_tasks=args.tasks, dtype="float32")
+        else:
+            config = demo_config(out, 0, model=str(COMMITTED_START / "warmstart"),
+                                 eval_tasks=args.tasks)
         policy = prepare_policy(config, Path(out), lambda *_: None)[0]
     engine = engine_for(config, policy)
     envs, indices = held_out(config, policy.count_tokens)
@@ -65,22 +73,25 @@ def main() -> None:
              "speedup": base / statistics.median(seconds[name]), "avg_at_k": scores[name]}
             for name in cases]
     episodes = len(indices) * config.eval_k
-    lines = ["# The demo's held-out evaluation, alone and with helper processes", "",
+    start = "untrained SmolLM2-135M-Instruct" if args.real else "committed start"
+    whose = "make demo-real's" if args.real else "The demo's"
+    lines = [f"# {whose} held-out evaluation, alone and with helper processes", "",
              f"Command: `python benchmarks/speed/eval_processes.py --rounds {args.rounds} "
-             f"--helpers {args.helpers} --tasks {args.tasks}`", "",
+             f"--helpers {args.helpers} --tasks {args.tasks}{' --real' * args.real}`", "",
              f"Machine: {describe()}; torch threads {threads}. {args.note}".rstrip(), "",
-             f"The demo's \"before\" evaluation: {len(indices)} test questions x "
-             f"{config.eval_k} = {episodes} episodes of the committed start, alternating "
+             f"{whose} \"before\" evaluation: {len(indices)} test questions x "
+             f"{config.eval_k} = {episodes} episodes of the {start}, alternating "
              f"round by round. The helpers' start (spawn, imports, the policy's copy and "
              f"a one-task warm-up): {started:.1f} s, once a run.", "",
-             "| evaluation | seconds by round | median | speed-up | avg@4 by round |",
+             f"| evaluation | seconds by round | median | speed-up | avg@{config.eval_k} by round |",
              "|---|---|---:|---:|---|"]
     for r in rows:
         lines.append(f"| {r['case']} | " + " / ".join(f"{s:.1f}" for s in r["seconds"])
                      + f" | {r['median_s']:.1f} | {r['speedup']:.2f}x | "
                      + " / ".join(f"{a:.3f}" for a in r["avg_at_k"]) + " |")
-    write_results("eval_processes", lines, {"rows": rows, "helper_start_s": started,
-                                            "threads": threads, "episodes": episodes})
+    write_results("eval_processes_real" if args.real else "eval_processes", lines,
+                  {"rows": rows, "helper_start_s": started, "threads": threads,
+                   "episodes": episodes})
 
 
 if __name__ == "__main__":

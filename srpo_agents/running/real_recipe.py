@@ -88,13 +88,15 @@ def run_one(config: TrainConfig, log=print) -> dict:
     write_json_atomic(summary, result)
     return result
 
-SPEED = dict(minibatch_by="task", eval_processes=1, dtype="bfloat16-if-native")
-"""What ``make demo-real`` adds to issue 50's recipe to run faster (issue 61,
-``benchmarks/results/real_model_speed.md``): a step's episodes grouped by task, so the
-rows of a micro-batch share their task's prompt pass (with one optimizer step a batch the
-gradient is the same sum, only its rounding moves); one helper process playing part of
-each held-out evaluation; and bf16 autocast over float32 master weights where the CPU
-computes bf16 natively (float32 elsewhere, where bf16 is slower)."""
+SPEED = dict(dtype="bfloat16-if-native")
+"""What ``make demo-real`` adds to issue 50's recipe to run faster (issue 61): bf16
+autocast over float32 master weights where the CPU computes bf16 natively, float32
+elsewhere. On one fixed real batch, on an Intel Xeon with AMX, alone: the update 1.76x
+and sampling 1.39x float32's speed (``benchmarks/results/real_precision.md``). Measured
+and left out: mini-batches by task (0.99x a step: with one optimizer step a batch the
+rows already share little), vLLM as the sampler (sampling 1.74x, but its resting engine
+slowed the update: 0.71x a step) (``real_model_speed.md``); one evaluation helper was not
+measured on this model."""
 
 RUN = dict(lr=1e-5, steps=33, eval_tasks=500, eval_k=2, skip_zero_advantage=True)
 """The pilot's choice once full lr 3e-5 was dropped (its seed-0 run fell into repeating

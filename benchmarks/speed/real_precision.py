@@ -1,0 +1,121 @@
+"""Where bf16 pays on this CPU for the real model: one SRPO update of SmolLM2-135M-Instruct
+on one fixed real team batch, and one sampled generation from fixed prompts, in float32
+and under each bf16 form, alternating in one process (issue 61).
+
+    python benchmarks/speed/real_precision.py [--repeats 2] [--threads 2]
+
+Why this and not ``real_model_speed.py``: that one trains each configuration on its own
+samples, so which groups have advantage 0 (skipped by ``--skip-zero-advantage``) and how
+long the answers run move a step's seconds more than the lever does. Here every form
+updates the same units with the same advantages from a fresh copy of the same weights,
+and generates from the same prompts with the same seed.
+
+Forms: ``float32``; ``bf16 autocast`` (``--dtype bfloat16``: float32 weights, bf16
+compute under autocast, as the learner and the hf sampler run it); for generation also
+``bf16 weights`` (a bfloat16 copy of the model, no autocast: what a sampler holding its
+own 16-bit copy would cost). The batch: the real-model recipe's setting played once by
+the untrained model (``skip_zero_speed.py``'s), every unit updated (no skipping), so the
+forms do the same work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+
+from srpo_agents.learning.learner import Learner, LearnerConfig
+from srpo_agents.learning.objective import ALGORITHMS
+from srpo_agents.models.policy import load_policy, native_bf16
+from srpo_agents.running.real_recipe import BATCH, SETTING, TEAM
+from srpo_bench.batches import make_batch
+from srpo_bench.machine import describe, write_results
+
+NEW_TOKENS = 64
+
+
+def update_seconds(policy, units, advantages, compute) -> float:
+    trained = copy.deepcopy(policy)
+    trained.compute_dtype = compute
+    learner = Learner(trained, ALGORITHMS["srpo"],
+                      LearnerConfig(lr=1e-5, microbatch_rows=BATCH["microbatch_rows"]))
+    start = time.perf_counter()
+    learner.update(units, advantages)
+    return time.perf_counter() - start
+
+
+def generate_seconds(policy, model, prompts, autocast) -> tuple[float, int]:
+    batch = policy.tokenizer(prompts, return_tensors="pt", padding=True)
+    torch.manual_seed(0)
+    context = (torch.autocast("cpu", dtype=torch.bfloat16) if autocast
+               else torch.autocast("cpu", enabled=False))
+    start = time.perf_counter()
+    with torch.no_grad(), context:
+        out = model.generate(**batch, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                             do_sample=True, pad_token_id=policy.tokenizer.pad_token_id)
+    return time.perf_counter() - start, int(out[:, batch["input_ids"].shape[1]:].numel())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--note", default="", help="a sentence on how the run shared the CPU")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    policy = load_policy(SETTING["model"])
+    setting = {k: v for k, v in SETTING.items() if k not in ("temperature", "max_new_tokens")}
+    units, advantages = make_batch(policy, BATCH["tasks_per_step"], BATCH["group_size"],
+                                   SETTING["max_new_tokens"], workflow=TEAM, **setting)
+    prompts = list(dict.fromkeys(policy.tokenizer.decode(u.members[0].prompt_ids)
+                                 for u in units))[:8]
+    policy.tokenizer.padding_side = "left"
+    bf16_copy = copy.deepcopy(policy.model).to(torch.bfloat16)
+    updates = {"float32": [], "bf16 autocast": []}
+    generation = {"float32": [], "bf16 autocast": [], "bf16 weights": []}
+    tokens = 0
+    for _ in range(args.repeats):
+        updates["float32"].append(update_seconds(policy, units, advantages, None))
+        updates["bf16 autocast"].append(update_seconds(policy, units, advantages,
+                                                       torch.bfloat16))
+        for form, model, autocast in (("float32", policy.model, False),
+                                      ("bf16 autocast", policy.model, True),
+                                      ("bf16 weights", bf16_copy, False)):
+            seconds, tokens = generate_seconds(policy, model, prompts, autocast)
+            generation[form].append(seconds)
+    median = {k: statistics.median(v) for k, v in {**{f"update {k}": v for k, v in updates.items()},
+                                                   **{f"generate {k}": v
+                                                      for k, v in generation.items()}}.items()}
+    rows = sum(u.size for u in units)
+    lines = ["# bf16 on this CPU for the real model: one update, one generation", "",
+             f"Command: `python benchmarks/speed/real_precision.py --repeats {args.repeats} "
+             f"--threads {args.threads}`", "",
+             f"Machine: {describe()}; native bf16 (AVX512-BF16 or AMX): "
+             f"{'yes' if native_bf16() else 'no'}; {args.threads} threads. {args.note}".rstrip(),
+             "",
+             f"Update: one SRPO update of SmolLM2-135M-Instruct on one real solve_verify batch "
+             f"of the recipe ({len(units)} units, {rows} rows, every unit updated, micro-batches "
+             f"of {BATCH['microbatch_rows']} rows), from a fresh copy of the same weights. "
+             f"Generation: {len(prompts)} of the batch's prompts, {NEW_TOKENS} sampled tokens "
+             f"each ({tokens} tokens), the same seed. The forms alternate, {args.repeats} times "
+             "each; seconds are medians.", "",
+             "| what | form | seconds (median) | each | speed over float32 |",
+             "|---|---|---:|---|---:|"]
+    for what, runs in (("update", updates), ("generate", generation)):
+        base = median[f"{what} float32"]
+        for form, seconds in runs.items():
+            lines.append(f"| {what} | {form} | {median[f'{what} {form}']:.1f} | "
+                         f"{', '.join(f'{s:.1f}' for s in seconds)} | "
+                         f"{base / median[f'{what} {form}']:.2f}x |")
+    write_results("real_precision", lines, {
+        "threads": args.threads, "native_bf16": native_bf16(), "units": len(units),
+        "rows": rows, "generated_tokens": tokens, "update_seconds": updates,
+        "generate_seconds": generation})
+
+
+if __name__ == "__main__":
+    main()
