@@ -95,8 +95,8 @@ elsewhere. On one fixed real batch, on an Intel Xeon with AMX, alone: the update
 and sampling 1.39x float32's speed (``benchmarks/results/real_precision.md``). Measured
 and left out: mini-batches by task (0.99x a step: with one optimizer step a batch the
 rows already share little), vLLM as the sampler (sampling 1.74x, but its resting engine
-slowed the update: 0.71x a step) (``real_model_speed.md``); one evaluation helper was not
-measured on this model."""
+slowed the update: 0.71x a step) (``real_model_speed.md``), and one evaluation helper
+(1.02x: this model's matrix products already use both cores, ``eval_processes_real.md``)."""
 
 RUN = dict(lr=1e-5, steps=33, eval_tasks=500, eval_k=2, skip_zero_advantage=True)
 """The pilot's choice once full lr 3e-5 was dropped (its seed-0 run fell into repeating
