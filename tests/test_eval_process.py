@@ -15,7 +15,7 @@ from srpo_agents.models.registry import prepare_policy
 from srpo_agents.rollout.engine import engine_for
 from srpo_agents.running.checkpoint import SHARED
 from srpo_agents.running.eval_process import EvalProcesses
-from srpo_agents.running.evaluate import evaluate, evaluate_start, held_out
+from srpo_agents.running.evaluate import evaluate, held_out
 from srpo_agents.running.metrics_log import read_metrics_rows
 from srpo_agents.running.train import train
 
@@ -125,16 +125,3 @@ def test_a_run_evaluates_with_a_helper_and_closes_it(math_tiny_dir, tmp_path,
     assert [row.get("eval_tasks") for row in rows] == [3, None]
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("srpo-eval")]
 
-
-def test_a_shared_start_is_evaluated_with_helpers_too(math_tiny_dir, tmp_path,
-                                                      one_torch_thread):
-    """evaluate_start (the "before" that runs of one start share: the harness, the real
-    recipe) gives one process's figures with a helper, and leaves no helper behind."""
-    import multiprocessing
-
-    config = greedy_config(math_tiny_dir, tmp_path)
-    alone = evaluate_start(config, log=lambda *_: None)
-    shared = evaluate_start(dataclasses.replace(config, eval_processes=1),
-                            log=lambda *_: None)
-    assert {key: shared[key] for key in FIGURES} == {key: alone[key] for key in FIGURES}
-    assert not [p for p in multiprocessing.active_children() if p.name.startswith("srpo-eval")]

@@ -254,17 +254,8 @@ def evaluate_start(config: TrainConfig, log=print, engine: RolloutEngine | None 
     ``engine``: one already built on the starting policy (so a caller that also uses it
     for other evaluations loads the model once). ``progress``: a label for its progress
     bar (none when empty)."""
-    from srpo_agents.running.eval_process import eval_helpers
-
     if engine is None:
         engine = engine_for(config, prepare_policy(config, Path(config.out), log)[0])
     test_envs, indices = held_out(config, engine.policy.count_tokens)
-    # role adapters: evaluated here alone (the helpers would need each role's copy)
-    helpers = None if config.per_role_adapters else eval_helpers(config, engine.policy)
-    try:
-        return evaluate(engine, test_envs, indices, config.eval_k, tag="before",
-                        votes=True, progress=progress,   # as TrainingRun's own "before"
-                        helpers=helpers)
-    finally:
-        if helpers is not None:
-            helpers.shutdown()
+    return evaluate(engine, test_envs, indices, config.eval_k, tag="before",
+                    votes=True, progress=progress)   # as TrainingRun's own "before"
