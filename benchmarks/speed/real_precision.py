@@ -87,9 +87,6 @@ def main() -> None:
                                       ("bf16 weights", bf16_copy, False)):
             seconds, tokens = generate_seconds(policy, model, prompts, autocast)
             generation[form].append(seconds)
-    median = {k: statistics.median(v) for k, v in {**{f"update {k}": v for k, v in updates.items()},
-                                                   **{f"generate {k}": v
-                                                      for k, v in generation.items()}}.items()}
     rows = sum(u.size for u in units)
     lines = ["# bf16 on this CPU for the real model: one update, one generation", "",
              f"Command: `python benchmarks/speed/real_precision.py --repeats {args.repeats} "
@@ -106,11 +103,11 @@ def main() -> None:
              "| what | form | seconds (median) | each | speed over float32 |",
              "|---|---|---:|---|---:|"]
     for what, runs in (("update", updates), ("generate", generation)):
-        base = median[f"{what} float32"]
+        base = statistics.median(runs["float32"])
         for form, seconds in runs.items():
-            lines.append(f"| {what} | {form} | {median[f'{what} {form}']:.1f} | "
-                         f"{', '.join(f'{s:.1f}' for s in seconds)} | "
-                         f"{base / median[f'{what} {form}']:.2f}x |")
+            median = statistics.median(seconds)
+            lines.append(f"| {what} | {form} | {median:.1f} | "
+                         f"{', '.join(f'{s:.1f}' for s in seconds)} | {base / median:.2f}x |")
     write_results("real_precision", lines, {
         "threads": args.threads, "native_bf16": native_bf16(), "units": len(units),
         "rows": rows, "generated_tokens": tokens, "update_seconds": updates,
