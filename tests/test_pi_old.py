@@ -1,24 +1,40 @@
 """pi_old from the learner (``LearnerConfig.pi_old``): where the sampler's numerics are
 not the learner's, the ratio's denominator is the learner's own no-grad pass over the
 first epoch's micro-batches, so an on-policy first step has a ratio of exactly 1 and the
-sampler's log-probs enter only as the truncated behaviour weight; where they are the
-learner's (hf, float32, one process) nothing changes (pinned in test_behaviour_pinned)."""
+sampler's log-probs enter only as the truncated behaviour weight; the first optimizer
+step's own rows skip that pass (their pi_old is their own detached log-probs); where the
+sampler's numerics are the learner's (hf, float32, one process) nothing changes (pinned
+in test_behaviour_pinned)."""
 
 from __future__ import annotations
 
 import copy
+import random
 
 import numpy as np
 import pytest
 import torch
 
 from srpo_agents.config import TrainConfig
-from srpo_agents.learning.events import build_units
+from srpo_agents.learning.events import UnitBatch, build_units
 from srpo_agents.learning.learner import Learner, LearnerConfig
 from srpo_agents.learning.objective import ALGORITHMS
 from srpo_agents.models.policy import Policy, load_policy
 
 from .test_learner import forced_advantages, rollouts_for
+
+
+def _count_scored_rows(learner: Learner) -> list[int]:
+    """Rows the learner scores in its extra no-grad pass (pi_old, not a KL reference)."""
+    scored = [0]
+    score = learner._rows_without_grad
+
+    def counting(samples, model=None, plain=False):
+        scored[0] += len(samples) if model is None and not plain else 0
+        return score(samples, model, plain)
+
+    learner._rows_without_grad = counting
+    return scored
 
 
 def _bf16_sampled_update(tiny_dir, pi_old: str) -> dict:
@@ -30,7 +46,12 @@ def _bf16_sampled_update(tiny_dir, pi_old: str) -> dict:
     units, _ = build_units(rollouts_for(sampler, n_tasks=4, group=4), "set")
     learner = Learner(learner_policy, ALGORITHMS["srpo"],
                       LearnerConfig(lr=1e-5, pi_old=pi_old, microbatch_rows=8))
-    return learner.update(units, forced_advantages(units))
+    scored = _count_scored_rows(learner)
+    figures = learner.update(units, forced_advantages(units))
+    # one optimizer step on the batch: its rows' pi_old is the step's own log-probs, so
+    # no row is scored twice
+    assert scored[0] == 0
+    return figures
 
 
 def test_a_bfloat16_sampler_shows_in_the_behaviour_weight_not_the_ratio(math_tiny_dir):
@@ -44,7 +65,7 @@ def test_a_bfloat16_sampler_shows_in_the_behaviour_weight_not_the_ratio(math_tin
     assert learner_old["clip_fraction"] == 0.0
     assert learner_old["mismatch_kl"] > 1e-7
     assert learner_old["behaviour_weight_mean"] != pytest.approx(1.0, abs=1e-6)
-    assert learner_old["proximal_seconds"] > 0 and sampler_old["proximal_seconds"] == 0.0
+    assert sampler_old["proximal_seconds"] == 0.0
     # one schema on both paths: the sampler's pi_old has a weight of 1
     assert set(sampler_old) == set(learner_old)
     assert sampler_old["behaviour_weight_mean"] == 1.0
@@ -58,7 +79,12 @@ def test_the_learners_pass_covers_later_epochs_and_every_minibatch(math_tiny_dir
     learner = Learner(policy, ALGORITHMS["srpo"],
                       LearnerConfig(lr=1e-3, pi_old="learner", epochs=2, minibatch_episodes=2,
                                     microbatch_rows=4))
+    scored = _count_scored_rows(learner)
+    first = next(UnitBatch(units, np.ones(len(units))).minibatches(2, random.Random(0)))
     figures = learner.update(units, forced_advantages(units))
+    # the pass scored every row but the first optimizer step's (the learner's rng is
+    # seeded 0, as here, so its first mini-batch is this one)
+    assert scored[0] == sum(u.size for u in units) - sum(u.size for u in first.units) > 0
     assert figures["updates"] >= 4
     assert figures["first_epoch_max_abs_log_ratio"] <= 1e-6
     assert figures["max_abs_log_ratio"] > 1e-6  # later steps moved away from pi_old

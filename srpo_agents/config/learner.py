@@ -86,8 +86,9 @@ class LearnerConfig:
     counted. 0: synchronous (generate, then update)."""
     proximal: str = "recompute"
     """The ratio's denominator on off-policy data: "recompute" (pi_prox, the weights at the
-    update's start, scored in one extra pass; the behaviour weight pi_prox / mu corrects
-    for the generator mu) or "behaviour" (bypass: pi_prox = mu, no extra pass, no weight;
+    update's start, scored in one extra pass over the rows after the first optimizer
+    step's, whose own log-probs are their pi_prox; the behaviour weight pi_prox / mu
+    corrects for the generator mu) or "behaviour" (bypass: pi_prox = mu, no extra pass, no weight;
     only with max_staleness <= 1)."""
     behaviour_correction: str = "truncate"
     """The behaviour weight past behaviour_cap: "truncate" (min(w, cap)) or "mask" (w
@@ -96,7 +97,8 @@ class LearnerConfig:
     """The ratio's denominator on fresh data: "sampler" (the log-probs the sampler
     recorded; exact only when sampling is the learner's own computation: hf, float32, in
     this process), "learner" (one no-grad pass of the learner before each update, in the
-    first epoch's own micro-batches, so the ratio starts at exactly 1; the sampler's
+    first epoch's own micro-batches, so the ratio starts at exactly 1; the first
+    optimizer step's rows skip it, their own log-probs being pi_old; the sampler's
     log-probs then enter only as the truncated behaviour weight, as off-policy data's do)
     or "auto" (learner whenever the sampler's numerics differ from the learner's: vLLM,
     16-bit compute, Ray rollout workers, a rollout process)."""

@@ -46,7 +46,11 @@ Deliberate choices:
   or "auto" with 16-bit compute; ``TrainConfig.learner`` decides "auto" for vLLM, rollout
   workers and processes): the same pass and weight at staleness 0. The pass runs in the
   first epoch's own micro-batches (every epoch's mini-batches are drawn before it, the
-  same draws as one at a time), so the first step's ratio is exactly 1;
+  same draws as one at a time), so the first step's ratio is exactly 1. The first
+  optimizer step's own rows skip the pass: the weights it starts from are pi_prox, so
+  their pi_prox is the step's own log-probs, detached (kept for later epochs); with one
+  optimizer step a batch there is no extra pass at all (not under FSDP, whose path
+  scores every row up front);
 - mixed precision (``Policy.compute_dtype``): the forward passes run under autocast, the
   weights, gradients and AdamW state stay in the weights' float32; ``update_to_weight``
   is ||theta_after - theta_before|| / ||theta_before|| over the trainable weights for the
@@ -134,6 +138,7 @@ class Learner:
         self.loss_config = LossConfig(config.eps_low, config.eps_high, algorithm.kappa,
                                       config.behaviour_correction, config.behaviour_cap)
         self._proximal: dict[int, list[float]] = {}  # id(sample) -> pi_prox log-probs
+        self._own_old: set[int] = set()  # micro-batches whose pi_prox is their own logp
         self._reference_cache: dict[int, list[float]] = {}  # id(sample) -> reference
         # pi_old from the learner: for off-policy data (asynchronous SRPO) as ``proximal``
         # says; for fresh data when the sampler's numerics are not the learner's
@@ -395,7 +400,10 @@ class Learner:
         logp, mask, entropy = self.response_logprobs(self.policy.model, samples, with_entropy)
         logp_old = _pad([s.logprobs for s in samples], 0.0, torch.float32).to(self.device)
         behaviour = None
-        if self._proximal:  # off-policy: the ratio is to pi_prox, mu enters as a weight
+        if id(micro) in self._own_old:  # the first step's rows: pi_prox is these weights
+            for sample, row in zip(samples, logp.detach().tolist(), strict=True):
+                self._proximal[id(sample)] = row[:len(sample.response_ids)]
+        if self._proximal:  # pi_prox scored: the ratio is to it, mu enters as a weight
             behaviour = logp_old * mask
             logp_old = _pad([self._proximal[id(s)] for s in samples], 0.0,
                             torch.float32).to(self.device)
@@ -448,7 +456,7 @@ class Learner:
         try:
             return self._update(units, advantages)
         finally:
-            self._proximal, self._reference_cache = {}, {}
+            self._proximal, self._reference_cache, self._own_old = {}, {}, set()
             model.train(was_training)
 
     def _update(self, units: list[ActionUnit], advantages: np.ndarray) -> dict[str, float]:
@@ -463,11 +471,15 @@ class Learner:
                 for _ in range(self.config.epochs)]
         padding = self._pad_plan(plan, batch) if self.sharded else set()
         proximal_seconds = None
+        # the first optimizer step's rows: their pi_prox is their own detached log-probs
+        own = plan[0][0][1] if plan[0] and self.recompute_old and not self.sharded else []
+        self._own_old = {id(micro) for micro in own}
         if self.recompute_old:
             tick = time.monotonic()
-            first = [micro for _, micros in plan[0] for micro in micros]
+            first = [micro for _, micros in plan[0] for micro in micros
+                     if id(micro) not in self._own_old]
             # rows this rank meets only in later epochs (other ranks' share of epoch 0)
-            scored = {id(m) for micro in first for m in micro.samples}
+            scored = {id(m) for micro in first + own for m in micro.samples}
             rest = [i for i in self._carried(batch, 0, 1)
                     if any(id(m) not in scored for m in batch.units[i].members)]
             with full_weights(model):
