@@ -48,6 +48,7 @@ def update_seconds(policy, units, advantages, compute) -> float:
     trained.compute_dtype = compute
     learner = Learner(trained, ALGORITHMS["srpo"],
                       LearnerConfig(lr=1e-5, microbatch_rows=BATCH["microbatch_rows"]))
+    learner.update(units[:4], advantages[:4])  # AdamW's state allocated, as in a run
     start = time.perf_counter()
     learner.update(units, advantages)
     return time.perf_counter() - start
@@ -110,6 +111,9 @@ def main() -> None:
     updates = {"float32": [], "bf16 autocast": []}
     generation = {"float32": [], "bf16 autocast": [], "bf16 weights": []}
     tokens = 0
+    # one untimed update first: the process's first one over the whole batch was 32-47%
+    # slower than the same update later (update_forms.py, first round against second)
+    update_seconds(policy, units, advantages, None)
     for _ in range(args.repeats):
         updates["float32"].append(update_seconds(policy, units, advantages, None))
         updates["bf16 autocast"].append(update_seconds(policy, units, advantages,
@@ -142,7 +146,9 @@ def main() -> None:
              "",
              f"Update: one SRPO update of SmolLM2-135M-Instruct on one real solve_verify batch "
              f"of the recipe ({len(units)} units, {rows} rows, every unit updated, micro-batches "
-             f"of {BATCH['microbatch_rows']} rows), from a fresh copy of the same weights. "
+             f"of {BATCH['microbatch_rows']} rows), from a fresh copy of the same weights, its "
+             "learner warmed by one update on 4 units first (AdamW's state allocated), after "
+             "one untimed update of the whole batch (the process's first is slower). "
              f"Generation: {len(prompts)} of the batch's prompts, {NEW_TOKENS} sampled tokens "
              f"each ({tokens} tokens), the same seed. The forms alternate, {args.repeats} times "
              "each; seconds are medians." + (
