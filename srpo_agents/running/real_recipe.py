@@ -94,8 +94,11 @@ autocast over float32 master weights where the CPU computes bf16 natively, float
 elsewhere. On one fixed real batch, on an Intel Xeon with AMX, alone: the update 1.76x
 and sampling 1.39x float32's speed (``benchmarks/results/real_precision.md``). Measured
 and left out: mini-batches by task (0.99x a step: with one optimizer step a batch the
-rows already share little), vLLM as the sampler (sampling 1.74x, but its resting engine
-slowed the update: 0.71x a step) (``real_model_speed.md``), and one evaluation helper
+rows already share little), vLLM as the sampler (sampling 1.74x, 0.71x a step in
+``real_model_speed.md``, whose configurations train on their own samples; a first
+fixed-batch probe, ``real_precision.py --vllm``, found the update no slower with vLLM's
+engines resident and vLLM's bf16 sampling several times hf's: the next lever to measure
+per step, with ``real_model_speed.py --every-unit``), and one evaluation helper
 (1.02x: this model's matrix products already use both cores, ``eval_processes_real.md``)."""
 
 RUN = dict(lr=1e-5, steps=33, eval_tasks=500, eval_k=2, skip_zero_advantage=True)
