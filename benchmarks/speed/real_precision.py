@@ -111,8 +111,8 @@ def main() -> None:
     updates = {"float32": [], "bf16 autocast": []}
     generation = {"float32": [], "bf16 autocast": [], "bf16 weights": []}
     tokens = 0
-    # one untimed update first: the process's first one over the whole batch was 32-47%
-    # slower than the same update later (update_forms.py, first round against second)
+    # one untimed update first: the process's first two whole-batch updates ran 45-47%
+    # slower than the same updates in the next round (update_forms.py)
     update_seconds(policy, units, advantages, None)
     for _ in range(args.repeats):
         updates["float32"].append(update_seconds(policy, units, advantages, None))
