@@ -43,11 +43,18 @@ from srpo_bench.machine import describe, write_results
 NEW_TOKENS = 64
 
 
-def update_seconds(policy, units, advantages, compute) -> float:
+def update_seconds(policy, units, advantages, compute, rows: int = BATCH["microbatch_rows"],
+                   fused: bool = False) -> float:
+    """One SRPO update of the whole batch from a fresh copy of ``policy`` computing in
+    ``compute`` (None: float32), in micro-batches of ``rows``; ``fused``: PyTorch's fused
+    AdamW instead of its default."""
     trained = copy.deepcopy(policy)
     trained.compute_dtype = compute
-    learner = Learner(trained, ALGORITHMS["srpo"],
-                      LearnerConfig(lr=1e-5, microbatch_rows=BATCH["microbatch_rows"]))
+    learner = Learner(trained, ALGORITHMS["srpo"], LearnerConfig(lr=1e-5, microbatch_rows=rows))
+    if fused:
+        learner.optimizer = torch.optim.AdamW(
+            [p for p in trained.model.parameters() if p.requires_grad], lr=1e-5,
+            weight_decay=learner.config.weight_decay, fused=True)
     learner.update(units[:4], advantages[:4])  # AdamW's state allocated, as in a run
     start = time.perf_counter()
     learner.update(units, advantages)

@@ -14,36 +14,19 @@ resident memory; one learner is alive at a time (four at once did not fit in 24 
 
 from __future__ import annotations
 
-import copy
 import gc
 import resource
 import statistics
-import time
 
 import torch
+from real_precision import update_seconds  # this folder's: the same timed update
 
-from srpo_agents.learning.learner import Learner, LearnerConfig
-from srpo_agents.learning.objective import ALGORITHMS
 from srpo_agents.models.policy import load_policy
 from srpo_agents.running.real_recipe import BATCH, SETTING, TEAM
 from srpo_bench.batches import make_batch
 
 FORMS = {"mb8": (8, False), "mb16": (16, False), "mb8 fused": (8, True)}
 """name: (micro-batch rows, fused AdamW)."""
-
-
-def timed_update(policy, units, advantages, rows: int, fused: bool) -> float:
-    trained = copy.deepcopy(policy)
-    trained.compute_dtype = torch.bfloat16
-    learner = Learner(trained, ALGORITHMS["srpo"], LearnerConfig(lr=1e-5, microbatch_rows=rows))
-    if fused:
-        learner.optimizer = torch.optim.AdamW(
-            [p for p in trained.model.parameters() if p.requires_grad], lr=1e-5,
-            weight_decay=learner.config.weight_decay, fused=True)
-    learner.update(units[:4], advantages[:4])  # AdamW's state allocated
-    start = time.perf_counter()
-    learner.update(units, advantages)
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -55,7 +38,8 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in FORMS}
     for round_ in range(2):
         for name, (rows, fused) in FORMS.items():
-            times[name].append(timed_update(policy, units, advantages, rows, fused))
+            times[name].append(update_seconds(policy, units, advantages, torch.bfloat16,
+                                              rows, fused))
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
             print(round_, name, f"{times[name][-1]:.1f} s", f"peak RSS {peak:.2f} GB",
                   flush=True)
