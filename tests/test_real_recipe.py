@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from srpo_agents.running.real_recipe import RUN, TEAM, real_config
+from srpo_agents.running.real_recipe import ISSUE_50_TASKS, RUN, TEAM, real_config
 from srpo_bench.real_model import CANDIDATES, chosen, config_for
 from tests.scripts import bench_module
 
@@ -205,6 +205,7 @@ def test_the_script_runs_pilot_runs_and_report_end_to_end(math_tiny_dir, tmp_pat
         ("team-srpo", "speed")]
     fast = json.loads((tmp_path / "runs" / "team-srpo-s0-speed" / "summary.json").read_text())
     assert {k: fast["config"][k] for k in module.SPEED} == module.SPEED
+    assert fast["config"]["extra_env_kwargs"]["split_by"] == "text"   # issue 50's tasks
     report = (results / "real_model_learns.md").read_text()
     assert "team-srpo, speed settings - issue 50's (after): " in report
     assert report.count("| team-srpo | 0 |") == 2
@@ -242,7 +243,9 @@ def speed_module():
 def test_the_speed_benchmark_s_baseline_is_issue_50_s_recipe_and_levers_change_one_thing():
     speed = speed_module()
     base = speed.config_for("baseline", 2, 50, "runs/x").to_dict()
-    recipe = real_config(0, "runs/x", workflow=TEAM, algo="srpo", **RUN).to_dict()
+    recipe = real_config(0, "runs/x", workflow=TEAM, algo="srpo", **RUN,
+                         **ISSUE_50_TASKS).to_dict()
+    assert recipe["extra_env_kwargs"]["split_by"] == "text"   # issue 50's tasks
     same = {"steps", "eval_tasks", "eval_k", "save_every"}
     assert {k for k in base if base[k] != recipe[k]} <= same
     for name, changes in speed.CONFIGS.items():

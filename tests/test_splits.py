@@ -156,3 +156,40 @@ def test_a_level_too_small_to_split_is_named_when_evaluated(tmp_path, env_id, se
         assert f"levels {settings['difficulty']}" in warnings[0]
     else:
         assert not warnings, warnings
+
+
+# Level 0's test tasks 0, 7 and 499 under the splits before issue 60 (keyed by question
+# text), read from the code of 7958bba^: split_by="text" must give these same tasks, so
+# issue 50's runs can be repeated on them.
+TEXT_KEYED_LEVEL_0_TEST = {
+    0: ("Fatima has 9 cards. Then Fatima finds 4 more. How many cards does Fatima have now?", "13"),
+    7: ("Gus has 4 shells. Then Gus finds 3 more. How many shells does Gus have now?", "7"),
+    499: ("Eli has 9 toy cars. Then Eli uses 9. How many toy cars does Eli have now?", "0"),
+}
+
+
+def test_split_by_text_repeats_the_splits_before_issue_60():
+    for index, (question, answer) in TEXT_KEYED_LEVEL_0_TEST.items():
+        task = math_tasks.generate_task(index, (0,), 0, "test", split_by="text")
+        assert (task.question, task.answer) == (question, answer)
+    assert math_tasks.distinct_tasks(500, (0,), 0, "test", split_by="text") == 500
+    # held out by wording only: level 0's text-keyed test split asks for training arithmetic
+    train = {math_key(math_tasks.generate_task(i, (0,), 0, "train", split_by="text"))
+             for i in range(2000)}
+    test = [math_key(math_tasks.generate_task(i, (0,), 0, "test", split_by="text"))
+            for i in range(100)]
+    assert sum(key in train for key in test) > 50
+
+
+def test_the_math_env_takes_split_by_and_warns_on_text():
+    from srpo_envs.envs.math_env import MathEnv
+
+    env = MathEnv(difficulty=0, split="test", split_by="text")
+    assert env.task(0).question == TEXT_KEYED_LEVEL_0_TEST[0][0]
+    assert "held out by wording only" in env.held_out_warning()
+    assert MathEnv(difficulty=0, split="train", split_by="text").held_out_warning() is None
+    assert "too small to split" in MathEnv(difficulty=0, split="test").held_out_warning()
+    with pytest.raises(ValueError, match="split_by='wording'"):
+        MathEnv(split_by="wording")
+    with pytest.raises(ValueError, match="split_by='x'"):
+        math_tasks.generate_task(0, (0,), 0, "test", split_by="x")

@@ -36,6 +36,11 @@ record with the evidence, its run folder renamed ``*-collapsed``) and the runs s
 again from seed 0 with the rule's next choice among the entries left. A run is checked
 when ``run`` reaches it (an unfinished one by its metrics so far) and when it finishes.
 
+**The tasks** are issue 50's: level 0 split by question text (``real_recipe.ISSUE_50_TASKS``),
+as every split was before issue 60, so a run today pairs with a committed one task by task.
+Held out by wording only: a score here says the team learned the level's arithmetic, not
+that it carries to arithmetic it never trained on.
+
 **The runs.** Seeds 0, 1, 2 of: the team under SRPO (``team-srpo``), the single agent
 under SRPO (one agent: SRPO's sets have K = 1, so it is GRPO there) (``single``) and the
 team under GRPO (``team-grpo``), same steps, tasks and lr; ``EVAL_TASKS`` held-out test
@@ -63,7 +68,15 @@ from srpo_agents.config import TrainConfig
 from srpo_agents.models.policy import load_policy
 from srpo_agents.rollout.engine import engine_for
 from srpo_agents.running.evaluate import evaluate, held_out, majority_at
-from srpo_agents.running.real_recipe import BATCH, RUN, SPEED, TEAM, real_config, run_one
+from srpo_agents.running.real_recipe import (
+    BATCH,
+    ISSUE_50_TASKS,
+    RUN,
+    SPEED,
+    TEAM,
+    real_config,
+    run_one,
+)
 from srpo_agents.running.verdicts import diff_cell, difference, task_difference
 from srpo_bench.real_model import chosen
 
@@ -116,7 +129,7 @@ def pilot(out: Path) -> None:
     path = RESULTS / "real_model_pilot_v2.json"
     data = json.loads(path.read_text()) if path.exists() else {}
     if "base" not in data:
-        team = real_config(PILOT_SEEDS[0], out / "pilot-base", workflow=TEAM)
+        team = real_config(PILOT_SEEDS[0], out / "pilot-base", workflow=TEAM, **ISSUE_50_TASKS)
         data["base"] = validation(team, team.model)   # the untrained team
         path.write_text(json.dumps(data, indent=1) + "\n")
     for name, changes in GRID.items():
@@ -126,7 +139,7 @@ def pilot(out: Path) -> None:
                 continue
             config = real_config(seed, out / f"pilot-{name.replace(' ', '-')}-s{seed}",
                                  workflow=TEAM, algo="srpo", steps=PILOT_STEPS,
-                                 eval_tasks=4, eval_k=1, **changes)
+                                 eval_tasks=4, eval_k=1, **changes, **ISSUE_50_TASKS)
             summary = run_one(config)
             rows = [json.loads(line) for line in
                     (Path(config.out) / "metrics.jsonl").read_text().splitlines()]
@@ -313,7 +326,7 @@ def run_choice(args, out: Path, pilot_data: dict) -> bool:
     suffix = "" if variant == "issue50" else f"-{variant}"
     configs = {(run_name, seed): real_config(seed, out / f"{run_name}-s{seed}{suffix}",
                                              **{**RUN, **wanted, **changes,
-                                                **CONFIGS[variant]})
+                                                **ISSUE_50_TASKS, **CONFIGS[variant]})
                for seed in args.seeds for run_name, changes in RUNS.items()
                if not args.only or run_name in args.only}
     # a run left unfinished may have collapsed already (it holds the choice's settings)

@@ -87,7 +87,14 @@ from typing import Any
 
 from srpo_envs.event_env import EventEnv, EventOutcome
 from srpo_envs.grading import answer_key, answers_match, boxed, extract_answer, written_anywhere
-from srpo_envs.math_tasks import MathTask, check_levels, distinct_tasks, generate_task, load_tasks
+from srpo_envs.math_tasks import (
+    MathTask,
+    check_levels,
+    check_split_by,
+    distinct_tasks,
+    generate_task,
+    load_tasks,
+)
 from srpo_envs.routing import (
     Route,
     TokenCounter,
@@ -95,7 +102,7 @@ from srpo_envs.routing import (
     parse_default_route,
     parse_route,
 )
-from srpo_envs.splits import SMALL_SPLIT, check_split, small_split
+from srpo_envs.splits import HELD_OUT, SMALL_SPLIT, check_split, small_split
 from srpo_envs.text import as_data, check_prompt_overrides, named_prompts, render
 
 WORKFLOWS = ("single", "solve_verify", "parallel", "routed")
@@ -183,8 +190,12 @@ class MathEnvConfig:
     difficulty: int | tuple[int, ...] = 1
     """Generator level(s) 0-5, see ``srpo_envs.math_tasks``; a tuple mixes levels."""
     split: str = "train"
-    """Generator split: "train", "validation" or "test", disjoint by question text
+    """Generator split: "train", "validation" or "test", disjoint by computation
     (``srpo_envs.splits``); the held-out ones are read by evaluations only."""
+    split_by: str = "computation"
+    """What the generator's splits are keyed by: "computation" (held out by arithmetic) or
+    "text" (the splits before issue 60, to repeat their runs on the same tasks: held out
+    by wording only, ``math_tasks.SPLIT_BY``)."""
     task_seed: int = 0
     """Seed of the generator's task stream (the env's ``seed`` picks tasks from it)."""
     max_rounds: int = 2
@@ -216,6 +227,7 @@ class MathEnvConfig:
             if not isinstance(value, int) or value < 16:
                 raise ValueError(f"{name}={value!r}: expected an int >= 16")
         check_split(self.split)
+        check_split_by(self.split_by)
         self.difficulty = check_levels(self.difficulty)
         check_cost(self.cost_per_token, 0.0, self.token_counter)
         self.route = parse_default_route(self.default_route, self.n_solvers, True,
@@ -283,6 +295,10 @@ class MathEnv(EventEnv):
         small to split: ``splits.small_split``), or None."""
         if self._tasks is not None:
             return None
+        if self.config.split_by == "text" and self.config.split in HELD_OUT:
+            return (f"generated math split by question text (split_by='text'): the "
+                    f"{self.config.split} split is held out by wording only, its problems' "
+                    f"arithmetic is often a training problem's")
         return small_split("generated math", self.config.difficulty, self.config.split,
                            self.distinct_tasks(SMALL_SPLIT))
 
@@ -292,13 +308,13 @@ class MathEnv(EventEnv):
         if self._tasks is not None:
             return min(limit, len(self._tasks))
         return distinct_tasks(limit, self.config.difficulty, self.config.task_seed,
-                              self.config.split)
+                              self.config.split, self.config.split_by)
 
     def task(self, index: int) -> MathTask:
         """Task ``index`` of this env's source (for the generator: of its stream)."""
         if self._tasks is None:
             return generate_task(index, self.config.difficulty, self.config.task_seed,
-                                 self.config.split)
+                                 self.config.split, self.config.split_by)
         return self._tasks[index % len(self._tasks)]
 
     def _pick_task(self, options: Mapping[str, Any]) -> MathTask:
