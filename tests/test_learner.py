@@ -239,6 +239,79 @@ def test_shared_prompt_pass_equals_one_pass_per_row(tiny_dir):
         torch.testing.assert_close(shared, alone.grad, rtol=1e-4, atol=1e-5 * scale)
 
 
+def shared_prefix_samples(policy):
+    """Rows as a verifier's: one template and question (20 tokens), then each rollout's
+    own solution (tails of 1 to 7 tokens), a prompt repeated, and a prompt of another
+    task that shares only 3 tokens (its own group)."""
+    import dataclasses
+
+    units, _ = build_units(rollouts_for(policy, n_tasks=2, group=3), "set")
+    samples = [m for u in units for m in u.members][:7]
+    head = [(7 * i + 3) % 40 + 2 for i in range(20)]
+    tails = [[5], [5, 9, 11], [6, 6, 6, 6, 6, 6, 6], [5, 9], [5, 9, 11], [12, 3]]
+    prompts = [head + t for t in tails] + [head[:3] + [30] * 25]
+    return [dataclasses.replace(s, prompt_ids=p) for s, p in zip(samples, prompts, strict=True)]
+
+
+def test_prompts_sharing_leading_tokens_run_them_once_and_match_one_pass_per_row(tiny_dir):
+    """Issue 61's prefix sharing: distinct prompts with shared leading tokens (a task's
+    verifier prompts) run those tokens once; log-probs and gradients match every row's
+    prompt + response run on its own, as the repeated-prompt pass above does."""
+    from srpo_agents.learning.prompt_cache import prefix_groups, shares_tokens
+
+    policy = fresh_policy(tiny_dir)
+    samples = shared_prefix_samples(policy)
+    distinct = list(dict.fromkeys(tuple(s.prompt_ids) for s in samples))
+    group_of, shared = prefix_groups(distinct)
+    assert len(distinct) == 6 and sorted(shared) == [20, 27]     # two groups: 5 prompts, 1
+    assert shares_tokens(distinct, len(distinct))
+    learner = Learner(policy, ALGORITHMS["srpo"], LearnerConfig())
+    calls = []
+    hook = policy.model.register_forward_pre_hook(
+        lambda _, args, kwargs: calls.append(kwargs["input_ids"].shape), with_kwargs=True)
+    logp, mask, _ = learner.response_logprobs(policy.model, samples)
+    hook.remove()
+    # three passes: 2 prefixes of 20 and 27 tokens, 6 tails of up to 7, 7 responses
+    assert [tuple(c) for c in calls][:2] == [(2, 27), (6, 7)] and calls[2][0] == 7
+    logp.sum().backward()
+    shared_grads = [p.grad.clone() for p in policy.model.parameters()]
+    policy.model.zero_grad()
+    width = logp.shape[1]
+    targets = torch.tensor([s.response_ids + [0] * (width - len(s.response_ids))
+                            for s in samples])
+    full = torch.log_softmax(learner._full_logits(policy.model, samples).float(), -1)
+    own = full.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * mask
+    own.sum().backward()
+    torch.testing.assert_close(logp, own, rtol=0, atol=1e-5)
+    for shared_grad, alone in zip(shared_grads, policy.model.parameters(), strict=True):
+        scale = float(alone.grad.abs().max())
+        torch.testing.assert_close(shared_grad, alone.grad, rtol=1e-4, atol=1e-5 * scale)
+    # --no-share-prompt-prefix (issue 50's runs): the repeated prompt alone is shared
+    plain = Learner(policy, ALGORITHMS["srpo"], LearnerConfig(share_prompt_prefix=False))
+    calls.clear()
+    hook = policy.model.register_forward_pre_hook(
+        lambda _, args, kwargs: calls.append(kwargs["input_ids"].shape), with_kwargs=True)
+    with torch.no_grad():
+        again, _, _ = plain.response_logprobs(policy.model, samples)
+    hook.remove()
+    assert tuple(calls[0]) == (6, 28) and len(calls) == 2
+    torch.testing.assert_close(again, logp.detach(), rtol=0, atol=1e-5)
+
+
+def test_prefix_groups_keep_a_token_of_each_prompt_and_split_by_role():
+    from srpo_agents.learning.prompt_cache import prefix_groups
+
+    head = tuple(range(100, 120))
+    # a prompt that is the others' prefix keeps its last token for the second pass
+    group_of, shared = prefix_groups([head, head + (1,), head + (2, 3)])
+    assert group_of == [0, 0, 0] and shared == [19]
+    # the same tokens under two roles' adapters: a prefix per role
+    group_of, shared = prefix_groups([head + (1,), head + (2,)], roles=["solver", "verifier"])
+    assert group_of == [0, 1] and shared == [20, 20]
+    # fewer shared tokens than MIN_SHARED_PREFIX: each alone
+    assert prefix_groups([(1, 2, 3, 4), (1, 2, 3, 5)])[1] == [3, 3]
+
+
 def test_dynamic_sampling_leaves_out_groups_with_one_return(tiny_dir):
     from srpo_agents.running.step import mixed_group_fraction, train_step
 

@@ -58,6 +58,12 @@ class LearnerConfig:
     in the backward: activation memory of one layer instead of all, for about a third
     more compute. The learner then scores in train mode with every dropout set to 0
     (transformers checkpoints only in train mode) and runs each row's prompt with it."""
+    share_prompt_prefix: bool = True
+    """Run the leading tokens that distinct prompts of a micro-batch share (a task's
+    verifier prompts: the template and question before each rollout's solution) once,
+    as repeated prompts always are (``srpo_agents.learning.prompt_cache``): the same
+    computation in fewer tokens. False: only whole repeated prompts run once (issue 50's
+    runs)."""
     skip_zero_advantage: bool = False
     """Leave units whose advantage is exactly 0 (groups all right or all wrong) out of the
     update's passes: every built-in loss is linear in the advantage, so without a KL term

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import copy
 import random
+import sys
 import time
 
 import numpy as np
@@ -76,6 +77,7 @@ from srpo_agents.learning.objective import (
     LossInputs,
     reference_kl,
 )
+from srpo_agents.learning.prompt_cache import MIN_SHARED_PREFIX, prompt_cache, shares_tokens
 from srpo_agents.models.policy import Policy
 from srpo_agents.models.sharding import (
     full,
@@ -190,10 +192,11 @@ class Learner:
         entropy at each response position.
 
         Rows that share a prompt (the K members of a set, the G rollouts of a task) run
-        it once: the distinct prompts go through the model first, their KV cache is
-        copied out to every row that shares it (an index, so gradients from every row
-        flow back into the one prompt pass), and the responses then run on top of it.
-        The result is the same computation as running each row's prompt + response,
+        it once, and prompts that share leading tokens (a verifier's template and
+        question, before each rollout's solution) run those once (``prompt_cache``):
+        their KV cache is copied out to every row that shares it (an index, so gradients
+        from every row flow back into the one pass), and the responses then run on top of
+        it. The result is the same computation as running each row's prompt + response,
         at a fraction of the cost when prompts repeat.
 
         With role adapters (``Policy.adapter_roles``) each row runs under its sample's
@@ -205,19 +208,21 @@ class Learner:
                 for s in samples]
         source = [distinct.setdefault(key, len(distinct)) for key in keys]
         roles = [s.role for s in samples] if adapters else None
+        prompts = [key[0] for key in distinct]
+        prompt_roles = [key[1] for key in distinct] if adapters else None
         with self.policy.autocast():  # mixed precision: float32 weights, 16-bit matmuls
             # a checkpointed model keeps no KV cache in train mode: each row its prompt.
             # Under FSDP one pass a micro-batch, each row its prompt: every rank then
             # runs the same collectives, and no backward reaches a layer through the
             # KV cache of a pass whose gathered weights FSDP has already freed (the
             # shared-prompt pair crashed a 2-rank SmolLM2 update with SIGSEGV).
-            if (len(distinct) == len(samples) or self.config.gradient_checkpointing
-                    or self.sharded):
+            if (self.config.gradient_checkpointing or self.sharded
+                    or not shares_tokens(prompts, len(samples), prompt_roles,
+                                         self._least_prefix)):
                 logits = self._full_logits(model, samples, roles)
             else:
-                prompt_roles = [key[1] for key in distinct] if adapters else None
-                logits = self._shared_prompt_logits(model, [key[0] for key in distinct],
-                                                    source, samples, prompt_roles, roles)
+                logits = self._shared_prompt_logits(model, prompts, source, samples,
+                                                    prompt_roles, roles)
         targets = _pad([s.response_ids for s in samples], self.policy.pad_token_id,
                        torch.long).to(self.device)
         mask = _pad([[1.0] * len(s.response_ids) for s in samples], 0.0,
@@ -263,26 +268,15 @@ class Learner:
     def _shared_prompt_logits(self, model, prompts: list[tuple[int, ...]], source: list[int],
                               samples: list[Sample], prompt_roles: list[str] | None = None,
                               roles: list[str] | None = None) -> torch.Tensor:
-        """[R, T, V] logits predicting each response token, each distinct prompt run once.
-
-        Prompts are left padded (as in generation, with positions that count real tokens
-        only), so every prompt ends in the last column and the responses continue it."""
-        from transformers import DynamicCache
-
-        width = max(len(p) for p in prompts)
+        """[R, T, V] logits predicting each response token, each distinct prompt run once
+        and the leading tokens prompts share once (``prompt_cache``); the responses then
+        continue each row's prompt from its KV cache."""
         pad = self.policy.pad_token_id
-        prompt_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts],
-                                  device=self.device)
-        prompt_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
-                                   device=self.device)
-        positions = (prompt_mask.cumsum(dim=-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=model.config)
-        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
-                    use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache},
-                    **self._rows(prompt_roles))
+        cache, prompt_mask, last = prompt_cache(model, prompts, pad, cache_kwarg(model),
+                                                self._rows, prompt_roles, self._least_prefix)
         rows = torch.tensor(source, device=self.device)
         cache.batch_select_indices(rows)
-        first = out.logits[:, -1][rows]                                       # [R, V]
+        first = last[rows]                                                    # [R, V]
         responses = [s.response_ids for s in samples]
         response_ids = _pad(responses, pad, torch.long).to(self.device)       # [R, T]
         response_mask = _pad([[1] * len(r) for r in responses], 0, torch.long).to(self.device)
@@ -295,6 +289,12 @@ class Learner:
                      **{cache_kwarg(model): cache}, **self._rows(roles)
                      ).logits if response_ids.shape[1] > 1 else None
         return first.unsqueeze(1) if rest is None else torch.cat([first.unsqueeze(1), rest], 1)
+
+    @property
+    def _least_prefix(self) -> int:
+        """The fewest shared leading tokens that distinct prompts run once; without
+        ``share_prompt_prefix`` only whole repeated prompts are shared."""
+        return MIN_SHARED_PREFIX if self.config.share_prompt_prefix else sys.maxsize
 
     @property
     def skips_zero(self) -> bool:
@@ -342,9 +342,11 @@ class Learner:
         def order(i: int) -> tuple:
             # Units with one prompt sit next to each other, so the rows that share it
             # share one micro-batch and the prompt runs once (``response_logprobs``).
+            # Sorted by their tokens, prompts with shared leading tokens (a task's
+            # verifier prompts) sit side by side too, and share those (``prompt_cache``).
             unit = batch.units[i]
             first = unit.members[0].prompt_ids
-            return (len(first), first,
+            return (first,
                     max(len(m.prompt_ids) + len(m.response_ids) for m in unit.members))
 
         groups, current, rows = [], [], 0
