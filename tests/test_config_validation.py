@@ -179,3 +179,16 @@ def test_the_fsdp_recipe_in_the_docs_is_a_valid_run():
     config = config_from_args(build_parser().parse_args(argv[5:]))
     assert config.data_parallel and config.fsdp == "full_shard"
     assert config.model == "Qwen/Qwen2.5-7B-Instruct" and config.gradient_checkpointing
+
+
+def test_a_setting_on_by_default_has_a_no_flag():
+    """``--share-prompt-prefix`` is on by default: ``--no-share-prompt-prefix`` turns it
+    off (a store_true flag could not)."""
+    from srpo_agents.cli import build_parser
+    from srpo_agents.cli.flags import config_from_args
+
+    def parsed(*argv):
+        return config_from_args(build_parser().parse_args(["train", *argv]))
+
+    assert parsed().share_prompt_prefix and not parsed("--no-share-prompt-prefix").share_prompt_prefix
+    assert not parsed().skip_zero_advantage and parsed("--skip-zero-advantage").skip_zero_advantage

@@ -1,19 +1,22 @@
-"""Two more update levers for the real model on this CPU (issue 61): micro-batches of 16
-rows instead of the recipe's 8, and PyTorch's fused AdamW instead of its default
-(a loop over the parameters on the CPU), each on one fixed real team batch under bf16
-autocast, alternating, two rounds.
+"""More update levers for the real model on this CPU (issue 61): micro-batches of 16
+rows instead of the recipe's 8, PyTorch's fused AdamW instead of its default (a loop
+over the parameters on the CPU), and shared prompt prefixes run once
+(``--share-prompt-prefix``), each on one fixed real team batch under bf16 autocast (or
+float32), alternating, two rounds.
 
-    python benchmarks/speed/update_forms.py
+    python benchmarks/speed/update_forms.py [--forms mb8 "mb8 prefix"] [--float32]
 
 Each form gets a fresh learner on a fresh copy of the same weights, warmed by one update
 on 4 units (its AdamW state allocated) before the timed update of the whole batch; the
 batch is ``real_precision.py``'s (the recipe's solve_verify setting played once by the
-untrained model, every unit updated). Prints seconds per form, their medians and the peak
-resident memory; one learner is alive at a time (four at once did not fit in 24 GiB).
+untrained model, every unit updated). Writes ``benchmarks/results/update_forms.md``
+(``update_forms_float32.md`` with ``--float32``): seconds per form and round, medians; prints
+the peak resident memory; one learner is alive at a time (four at once did not fit in 24 GiB).
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import resource
 import statistics
@@ -24,28 +27,61 @@ from real_precision import update_seconds  # this folder's: the same timed updat
 from srpo_agents.models.policy import load_policy
 from srpo_agents.running.real_recipe import BATCH, SETTING, TEAM
 from srpo_bench.batches import make_batch
+from srpo_bench.machine import describe, write_results
 
-FORMS = {"mb8": (8, False), "mb16": (16, False), "mb8 fused": (8, True)}
-"""name: (micro-batch rows, fused AdamW)."""
+FORMS = {"mb8": (8, False, False), "mb16": (16, False, False), "mb8 fused": (8, True, False),
+         "mb8 prefix": (8, False, True)}
+"""name: (micro-batch rows, fused AdamW, shared prompt prefixes run once)."""
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--forms", nargs="+", default=list(FORMS), choices=list(FORMS))
+    parser.add_argument("--float32", action="store_true", help="float32, not bf16 autocast")
+    parser.add_argument("--note", default="", help="a sentence on how the run shared the CPU")
+    args = parser.parse_args()
+    forms = {name: FORMS[name] for name in args.forms}
+    compute = None if args.float32 else torch.bfloat16
     torch.manual_seed(0)
     policy = load_policy(SETTING["model"])
     setting = {k: v for k, v in SETTING.items() if k not in ("temperature", "max_new_tokens")}
     units, advantages = make_batch(policy, BATCH["tasks_per_step"], BATCH["group_size"],
                                    SETTING["max_new_tokens"], workflow=TEAM, **setting)
-    times: dict[str, list[float]] = {name: [] for name in FORMS}
+    times: dict[str, list[float]] = {name: [] for name in forms}
     for round_ in range(2):
-        for name, (rows, fused) in FORMS.items():
-            times[name].append(update_seconds(policy, units, advantages, torch.bfloat16,
-                                              rows, fused))
+        for name, (rows, fused, prefix) in forms.items():
+            times[name].append(update_seconds(policy, units, advantages, compute,
+                                              rows, fused, prefix))
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
             print(round_, name, f"{times[name][-1]:.1f} s", f"peak RSS {peak:.2f} GB",
                   flush=True)
             gc.collect()
+    write_results(results_name(args), table(times, args), times)
+
+
+def results_name(args) -> str:
+    return "update_forms" + ("_float32" if args.float32 else "")
+
+
+def table(times: dict[str, list[float]], args) -> list[str]:
+    """Each form's seconds per round, its median, and the first form's over it."""
+    first = statistics.median(next(iter(times.values())))
+    forms = " ".join(f'"{name}"' if " " in name else name for name in times)
+    lines = [f"# One real update by form ({'float32' if args.float32 else 'bf16 autocast'})", "",
+             f"Command: `python benchmarks/speed/update_forms.py --forms {forms}"
+             f"{' --float32' if args.float32 else ''}`", "",
+             f"Machine: {describe()}. {args.note}".rstrip(), "",
+             "SmolLM2-135M-Instruct, one SRPO update of one fixed real team batch (the "
+             "recipe's 4 tasks x G = 8, solve-verify, every unit) from a fresh copy of the "
+             "same weights per form, the forms alternating; seconds per round (the first "
+             "round's first update is the process's first, which runs slower).", "",
+             "| form | seconds by round | median | speed-up over the first form |",
+             "|---|---|---:|---:|"]
     for name, seconds in times.items():
-        print(name, f"median {statistics.median(seconds):.1f} s", [round(s, 1) for s in seconds])
+        median = statistics.median(seconds)
+        lines.append(f"| {name} | {', '.join(f'{s:.1f}' for s in seconds)} | {median:.1f} | "
+                     f"{first / median:.2f}x |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -70,8 +70,9 @@ def add_config_flags(parser, skip: set[str], config_type=TrainConfig) -> None:
                    else field.default_factory())
         # "%" would be read as a format directive by argparse
         help_text = field_docs(config_type).get(field.name, "").replace("%", "%%")
-        if kind is bool:
-            parser.add_argument(flag, action="store_true", default=default,
+        if kind is bool:  # a setting that is on by default is turned off by --no-...
+            action = argparse.BooleanOptionalAction if default else "store_true"
+            parser.add_argument(flag, action=action, default=default,
                                 help=f"{help_text} (default: {'on' if default else 'off'})")
         elif field.name in LIST_FIELDS:
             shown = ("the env's own" if default is None

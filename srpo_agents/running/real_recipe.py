@@ -98,15 +98,17 @@ def run_one(config: TrainConfig, log=print) -> dict:
 SPEED = dict(dtype="bfloat16-if-native")
 """What ``make demo-real`` adds to issue 50's recipe to run faster (issue 61): bf16
 autocast over float32 master weights where the CPU computes bf16 natively, float32
-elsewhere. On one fixed real batch, on an Intel Xeon with AMX, alone: the update 1.76x
-and sampling 1.39x float32's speed (``benchmarks/results/real_precision.md``). Measured
-and left out: mini-batches by task (0.99x a step: with one optimizer step a batch the
-rows already share little), vLLM as the sampler (sampling 1.74x, 0.71x a step in
-``real_model_speed.md``, whose configurations train on their own samples; a first
-fixed-batch probe, ``real_precision.py --vllm``, found the update no slower with vLLM's
-engines resident and vLLM's bf16 sampling several times hf's: the next lever to measure
-per step, with ``real_model_speed.py --every-unit``), and one evaluation helper
-(1.02x: this model's matrix products already use both cores, ``eval_processes_real.md``)."""
+elsewhere; the learner's default ``share_prompt_prefix`` (a task's verifier prompts run
+their shared template and question once: one fixed real batch's update 1.52x,
+``benchmarks/results/update_forms_float32.md``) comes with every run. Measured per step
+(``real_model_speed.md``, ``real_model_speed_levers.md``, every unit updated, on an Intel
+Xeon with AMX): bf16 alone 0.98x, its update no faster inside a run; vLLM as the sampler
+1.32x (float32) and 1.20x (with bf16), its sampling about twice and its evaluation more
+than twice as fast, but not yet weighed on a whole run and on learning (issue 61 item 3,
+``real_model_learns.py run --speed``), so it is not in this recipe yet. Left out:
+mini-batches by task (0.99x a step: with one optimizer step a batch the rows already
+share their prompts) and one evaluation helper (1.02x: this model's matrix products
+already use both cores, ``eval_processes_real.md``)."""
 
 RUN = dict(lr=1e-5, steps=33, eval_tasks=500, eval_k=2, skip_zero_advantage=True)
 """The pilot's choice once full lr 3e-5 was dropped (its seed-0 run fell into repeating
