@@ -221,6 +221,12 @@ def test_shared_prompt_pass_equals_one_pass_per_row(tiny_dir):
     assert len({tuple(s.prompt_ids) for s in samples}) < len(samples)
     learner = Learner(policy, ALGORITHMS["srpo"], LearnerConfig())
     logp, mask, _ = learner.response_logprobs(policy.model, samples)
+    assert_one_pass_per_row_matches(learner, policy, samples, logp, mask)
+
+
+def assert_one_pass_per_row_matches(learner, policy, samples, logp, mask) -> None:
+    """``logp`` (from a pass that shared prompt tokens) and its gradients equal those of
+    every row's prompt + response run on its own."""
     logp.sum().backward()
     shared_grads = [p.grad.clone() for p in policy.model.parameters()]
     policy.model.zero_grad()
@@ -237,6 +243,7 @@ def test_shared_prompt_pass_equals_one_pass_per_row(tiny_dir):
     for shared, alone in zip(shared_grads, policy.model.parameters(), strict=True):
         scale = float(alone.grad.abs().max())
         torch.testing.assert_close(shared, alone.grad, rtol=1e-4, atol=1e-5 * scale)
+    policy.model.zero_grad()
 
 
 def shared_prefix_samples(policy):
@@ -273,19 +280,7 @@ def test_prompts_sharing_leading_tokens_run_them_once_and_match_one_pass_per_row
     hook.remove()
     # three passes: 2 prefixes of 20 and 27 tokens, 6 tails of up to 7, 7 responses
     assert [tuple(c) for c in calls][:2] == [(2, 27), (6, 7)] and calls[2][0] == 7
-    logp.sum().backward()
-    shared_grads = [p.grad.clone() for p in policy.model.parameters()]
-    policy.model.zero_grad()
-    width = logp.shape[1]
-    targets = torch.tensor([s.response_ids + [0] * (width - len(s.response_ids))
-                            for s in samples])
-    full = torch.log_softmax(learner._full_logits(policy.model, samples).float(), -1)
-    own = full.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * mask
-    own.sum().backward()
-    torch.testing.assert_close(logp, own, rtol=0, atol=1e-5)
-    for shared_grad, alone in zip(shared_grads, policy.model.parameters(), strict=True):
-        scale = float(alone.grad.abs().max())
-        torch.testing.assert_close(shared_grad, alone.grad, rtol=1e-4, atol=1e-5 * scale)
+    assert_one_pass_per_row_matches(learner, policy, samples, logp, mask)
     # --no-share-prompt-prefix (issue 50's runs): the repeated prompt alone is shared
     plain = Learner(policy, ALGORITHMS["srpo"], LearnerConfig(share_prompt_prefix=False))
     calls.clear()
