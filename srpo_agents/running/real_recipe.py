@@ -99,8 +99,8 @@ SPEED = dict(dtype="bfloat16-if-native")
 """What ``make demo-real`` adds to issue 50's recipe to run faster (issue 61): bf16
 autocast over float32 master weights where the CPU computes bf16 natively, float32
 elsewhere; the learner's default ``share_prompt_prefix`` (a task's verifier prompts run
-their shared template and question once: one fixed real batch's update 1.52x,
-``benchmarks/results/update_forms_float32.md``) comes with every run. Measured per step
+their shared template and question once: one fixed real batch's update 1.52x in float32,
+1.58x under bf16, ``benchmarks/results/update_forms*.md``) comes with every run. Measured per step
 (``real_model_speed.md``, ``real_model_speed_levers.md``, every unit updated, on an Intel
 Xeon with AMX): bf16 alone 0.98x, its update no faster inside a run; vLLM as the sampler
 1.32x (float32) and 1.20x (with bf16), its sampling about twice and its evaluation more
