@@ -271,7 +271,7 @@ def test_prompts_sharing_leading_tokens_run_them_once_and_match_one_pass_per_row
     distinct = list(dict.fromkeys(tuple(s.prompt_ids) for s in samples))
     group_of, shared = prefix_groups(distinct)
     assert len(distinct) == 6 and sorted(shared) == [20, 27]     # two groups: 5 prompts, 1
-    assert shares_tokens(distinct, len(distinct))
+    assert shares_tokens(distinct, len(distinct), (group_of, shared))
     learner = Learner(policy, ALGORITHMS["srpo"], LearnerConfig())
     calls = []
     hook = policy.model.register_forward_pre_hook(

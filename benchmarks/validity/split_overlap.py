@@ -20,37 +20,21 @@ from pathlib import Path
 
 from srpo_envs import countdown_tasks, math_tasks
 from srpo_envs.envs.search_env import generated_world
-from srpo_envs.splits import SMALL_SPLIT, split_source
+from srpo_envs.splits import SMALL_SPLIT
 
 TRAIN, TEST, CAP = 20_000, 500, 5_000
 OUT = Path(__file__).resolve().parents[1] / "results" / "split_overlap.md"
 
 
-def math_text_keyed(level: int):
-    """The math generator as it split before issue 60: by the question's text (the same
-    draws; only the key that assigns a split differs)."""
-    levels = (level,)
-
+def math_split(level: int, split_by: str = "computation"):
+    """Math level ``level``'s (task, distinct) readers under ``split_by``: "text" is the
+    split before issue 60 (the same draws; only the key that assigns a split differs)."""
     def task(index: int, split: str) -> tuple[str, str]:
-        source = split_source(f"srpo-math:0:{levels}", split,
-                              lambda rng: math_tasks._draw(rng, levels),  # noqa: SLF001
-                              lambda problem: problem[0])
-        question, _, solution, _ = source.problem(index)
-        return question, math_tasks.computation(solution)
-
-    def distinct(limit: int, split: str) -> int:
-        return split_source(f"srpo-math:0:{levels}", split,
-                            lambda rng: math_tasks._draw(rng, levels),  # noqa: SLF001
-                            lambda problem: problem[0]).distinct(limit)
-    return task, distinct
-
-
-def math_now(level: int):
-    def task(index: int, split: str) -> tuple[str, str]:
-        t = math_tasks.generate_task(index, (level,), 0, split)
+        t = math_tasks.generate_task(index, (level,), 0, split, split_by)
         return t.question, math_tasks.computation(t.solution)
 
-    return task, lambda limit, split: math_tasks.distinct_tasks(limit, (level,), 0, split)
+    return task, lambda limit, split: math_tasks.distinct_tasks(limit, (level,), 0, split,
+                                                                split_by)
 
 
 def countdown_now(level: int):
@@ -80,10 +64,10 @@ def row(name: str, task, distinct) -> dict:
 def main() -> None:
     rows = []
     for level in math_tasks.LEVELS:
-        rows.append(row(f"math level {level}", *math_now(level)))
+        rows.append(row(f"math level {level}", *math_split(level)))
     for level in sorted(countdown_tasks.LEVELS):
         rows.append(row(f"Countdown level {level}", *countdown_now(level)))
-    before = [row(f"math level {level} (by text, before)", *math_text_keyed(level))
+    before = [row(f"math level {level} (by text, before)", *math_split(level, "text"))
               for level in math_tasks.LEVELS]
     columns = list(rows[0])
     cap = lambda v: f"{v:,}" if v < CAP else f">= {CAP:,}"  # noqa: E731

@@ -77,7 +77,12 @@ from srpo_agents.learning.objective import (
     LossInputs,
     reference_kl,
 )
-from srpo_agents.learning.prompt_cache import MIN_SHARED_PREFIX, prompt_cache, shares_tokens
+from srpo_agents.learning.prompt_cache import (
+    MIN_SHARED_PREFIX,
+    prefix_groups,
+    prompt_cache,
+    shares_tokens,
+)
 from srpo_agents.models.policy import Policy
 from srpo_agents.models.sharding import (
     full,
@@ -217,11 +222,11 @@ class Learner:
             # KV cache of a pass whose gathered weights FSDP has already freed (the
             # shared-prompt pair crashed a 2-rank SmolLM2 update with SIGSEGV).
             if (self.config.gradient_checkpointing or self.sharded
-                    or not shares_tokens(prompts, len(samples), prompt_roles,
-                                         self._least_prefix)):
+                    or not shares_tokens(prompts, len(samples), groups := prefix_groups(
+                        prompts, prompt_roles, self._least_prefix))):
                 logits = self._full_logits(model, samples, roles)
             else:
-                logits = self._shared_prompt_logits(model, prompts, source, samples,
+                logits = self._shared_prompt_logits(model, prompts, source, samples, groups,
                                                     prompt_roles, roles)
         targets = _pad([s.response_ids for s in samples], self.policy.pad_token_id,
                        torch.long).to(self.device)
@@ -266,14 +271,15 @@ class Learner:
         return logits.gather(1, positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
 
     def _shared_prompt_logits(self, model, prompts: list[tuple[int, ...]], source: list[int],
-                              samples: list[Sample], prompt_roles: list[str] | None = None,
+                              samples: list[Sample], groups: tuple[list[int], list[int]],
+                              prompt_roles: list[str] | None = None,
                               roles: list[str] | None = None) -> torch.Tensor:
         """[R, T, V] logits predicting each response token, each distinct prompt run once
         and the leading tokens prompts share once (``prompt_cache``); the responses then
         continue each row's prompt from its KV cache."""
         pad = self.policy.pad_token_id
         cache, prompt_mask, last = prompt_cache(model, prompts, pad, cache_kwarg(model),
-                                                self._rows, prompt_roles, self._least_prefix)
+                                                self._rows, groups, prompt_roles)
         rows = torch.tensor(source, device=self.device)
         cache.batch_select_indices(rows)
         first = last[rows]                                                    # [R, V]

@@ -59,11 +59,10 @@ def prefix_groups(prompts: list[tuple[int, ...]], roles: list[str] | None = None
     return group_of, shared
 
 
-def shares_tokens(prompts: list[tuple[int, ...]], rows: int,
-                  roles: list[str] | None = None, least: int = MIN_SHARED_PREFIX) -> bool:
-    """Whether ``rows`` rows with these distinct ``prompts`` repeat any tokens of their
-    prompts (a prompt, or a prefix of ``least`` tokens or more)."""
-    return len(prompts) < rows or len(prefix_groups(prompts, roles, least)[1]) < len(prompts)
+def shares_tokens(prompts: list[tuple[int, ...]], rows: int, groups: tuple[list, list]) -> bool:
+    """Whether ``rows`` rows with these distinct ``prompts``, grouped as ``prefix_groups``
+    ``groups`` them, repeat any tokens of their prompts (a prompt, or a shared prefix)."""
+    return len(prompts) < rows or len(groups[1]) < len(prompts)
 
 
 def left_padded(rows: list, pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,10 +74,10 @@ def left_padded(rows: list, pad: int, device) -> tuple[torch.Tensor, torch.Tenso
 
 
 def prompt_cache(model, prompts: list[tuple[int, ...]], pad: int, cache_kwarg: str,
-                 rows_kwargs, prompt_roles: list[str] | None = None,
-                 least: int = MIN_SHARED_PREFIX):
-    """Run the distinct ``prompts`` once each, their shared prefixes of ``least`` tokens
-    or more once (module docstring). Returns (KV cache, one row per prompt; attention
+                 rows_kwargs, groups: tuple[list[int], list[int]],
+                 prompt_roles: list[str] | None = None):
+    """Run the distinct ``prompts`` once each, and the prefixes that ``groups`` (from
+    ``prefix_groups``) share once (module docstring). Returns (KV cache, one row per prompt; attention
     mask [P, width]; the logits after each prompt's last token [P, V]).
     ``rows_kwargs(roles)``: the model's per-row keyword arguments (role adapters), ``{}``
     for None."""
@@ -86,7 +85,7 @@ def prompt_cache(model, prompts: list[tuple[int, ...]], pad: int, cache_kwarg: s
 
     device = next(model.parameters()).device
     cache = DynamicCache(config=model.config)
-    group_of, shared = prefix_groups(prompts, prompt_roles, least)
+    group_of, shared = groups
     if len(shared) == len(prompts):  # nothing shared: one pass of whole prompts
         ids, mask = left_padded(prompts, pad, device)
         out = model(input_ids=ids, attention_mask=mask,
