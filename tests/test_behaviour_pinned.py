@@ -71,10 +71,23 @@ def _close(a, b, where: str) -> None:
         assert math.isclose(a, b, rel_tol=REL, abs_tol=1e-5), f"{where}: {a} != pinned {b}"
 
 
+def _close_weights(a: dict, b: dict, where: str) -> None:
+    """Each tensor's norm within ``REL``, its sum within ``REL`` of its norm: a sum of
+    elements that nearly cancel (down_proj's is 1% of its norm) moves relatively far
+    when the same arithmetic runs in another order (issue 61's micro-batch orders moved
+    one by 5e-4 of itself, 7e-6 of its norm), while a change of behaviour moves norms."""
+    assert a.keys() == b.keys(), f"{where}: keys {sorted(a)} != {sorted(b)}"
+    for name, ((sum_a, norm_a), (sum_b, norm_b)) in ((n, (a[n], b[n])) for n in a):
+        assert math.isclose(norm_a, norm_b, rel_tol=REL), f"{where}.{name} norm: {norm_a} != pinned {norm_b}"
+        assert abs(sum_a - sum_b) <= REL * norm_b, f"{where}.{name} sum: {sum_a} != pinned {sum_b}"
+
+
 @pytest.mark.parametrize("algo", ALGOS)
 def test_two_steps_match_the_pins(algo, tmp_path):
     pinned = json.loads(PINS.read_text())[algo]
-    _close(fingerprint(algo, tmp_path), pinned, algo)
+    found = fingerprint(algo, tmp_path)
+    _close_weights(found.pop("weights"), pinned["weights"], f"{algo}.weights")
+    _close(found, {k: v for k, v in pinned.items() if k != "weights"}, algo)
 
 
 def test_the_pins_tell_the_algorithms_apart():
@@ -82,7 +95,7 @@ def test_the_pins_tell_the_algorithms_apart():
     above can fail."""
     pins = json.loads(PINS.read_text())
     with pytest.raises(AssertionError):
-        _close(pins["srpo"]["weights"], pins["grpo"]["weights"], "srpo vs grpo")
+        _close_weights(pins["srpo"]["weights"], pins["grpo"]["weights"], "srpo vs grpo")
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:

@@ -108,6 +108,40 @@ def test_member_rows_never_split_across_minibatches(tiny_dir):
     assert all(sum(u.size for u in m.units) <= 4 or len(m) == 1 for m in micro)
 
 
+def test_shared_prefixes_order_microbatches_by_role_and_response_length(tiny_dir):
+    """Issue 61's less padding: with shared prefixes, a micro-batch takes rows of one role
+    and similar response length from any task (they share the role's template); without,
+    issue 50's order keeps a prompt's rows together. Padded response positions fall."""
+    def unit(task: int, role: str, length: int) -> ActionUnit:
+        prompt = [7] * 20 + [int(role == "solver"), task]  # a role's template, then the task
+        sample = Sample(f"e{task}-{length}", 0, role, role, prompt, [5] * length,
+                        [-1.0] * length, True, "x", 0)
+        return ActionUnit(UnitInfo(f"t{task}", sample.episode_id, "solve", 0, "", "s", 0.0),
+                          [sample])
+
+    # two tasks, each with a short and a long answer from each role
+    units = [unit(task, role, length) for task in (0, 1) for role in ("solver", "verifier")
+             for length in (2, 30)]
+    batch = UnitBatch(units, np.zeros(len(units)))
+    policy = fresh_policy(tiny_dir)
+
+    def micro_shapes(**config) -> list[list[tuple[str, int]]]:
+        micros = Learner(policy, ALGORITHMS["srpo"], LearnerConfig(microbatch_rows=2, **config)
+                         )._microbatches(batch)
+        return [[(u.members[0].role, len(u.members[0].response_ids)) for u in m.units]
+                for m in micros]
+
+    def padded(shapes) -> int:
+        return sum(len(m) * max(n for _, n in m) for m in shapes)
+
+    by_response = micro_shapes()
+    assert by_response == [[("solver", 2)] * 2, [("solver", 30)] * 2,
+                           [("verifier", 2)] * 2, [("verifier", 30)] * 2]
+    by_prompt = micro_shapes(share_prompt_prefix=False)
+    assert all(len({u for u, _ in m}) == 1 for m in by_prompt)          # one role a batch
+    assert padded(by_response) == 2 * 2 + 2 * 30 + 2 * 2 + 2 * 30 < padded(by_prompt) == 4 * 2 * 30
+
+
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_trainable_parameter_changes_after_one_update(tiny_dir, algo):
     policy = fresh_policy(tiny_dir)

