@@ -75,13 +75,18 @@ def test_the_update_is_the_same_without_the_zero_units(math_tiny_dir, algo, conf
     assert len(grads) == len(full_grads) == (config.get("epochs", 1) if not
                                             config.get("minibatch_episodes") else len(grads))
     assert len(grads) >= 1
-    for step_grads, full_step in zip(grads, full_grads, strict=True):
+    for step, (step_grads, full_step) in enumerate(zip(grads, full_grads, strict=True)):
         # round-off is relative to the step's gradients: a key bias's true gradient is 0
-        # (softmax ignores a shift shared by every key), so its own scale is round-off
+        # (softmax ignores a shift shared by every key), so its own scale is round-off.
+        # The first step's is the sums' order (the zero units leave, so micro-batches
+        # regroup: 2e-7 of the scale); Adam's steps then turn it into weights that differ
+        # by round-off, and later gradients by a few 1e-6 of the scale (grpo's second
+        # step read 4.2e-6). A wrongly weighted gradient is off by a tenth or more.
         scale = max(float(a.abs().max()) for a in full_step)
+        atol = (1e-6 if step == 0 else 2e-5) * scale
         for (name, _), a, b in zip(full.model.named_parameters(), full_step, step_grads,
                                    strict=True):
-            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6 * scale, msg=name)
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=atol, msg=name)
 
 
 def test_a_kl_term_keeps_every_unit(math_tiny_dir):

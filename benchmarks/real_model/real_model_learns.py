@@ -254,6 +254,8 @@ def record(name: str, seed: int, summary: dict, config_name: str = "issue50") ->
             "tokens_per_task_after": after["tokens_per_task"],
             # the shared "before" counts in each run that uses it
             "wall_s": summary["time_breakdown"]["total"] + summary.get("before_seconds", 0.0),
+            "seconds": {"before": summary.get("before_seconds", 0.0),
+                        **summary["time_breakdown"]},
             "prompt_version": "example-v1" if config["extra_env_kwargs"] else "default",
             "per_task_after": after["per_task_avg"],
             "per_task_votes_after": after.get("per_task_votes")}
@@ -407,12 +409,22 @@ def speed_lines(speed: list[dict], by_run: dict[str, list[dict]]) -> list[str]:
     lines = ["", "## With issue 61's speed settings (learning unchanged?)", "",
              f"The same runs with `{SPEED}` and vLLM sampling where installed (`run --speed`, "
              "run by `.venv-vllm/bin/python`; each record's `backend` says which).", "",
-             "| run | seed | before | after | gain | z | tokens / task | wall (min) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "Minutes of each run: the shared \"before\" evaluation, the steps' sampling "
+             "and updates, the \"after\" evaluation, the rest (model and engine loading, "
+             "checkpoints), and the whole run.", "",
+             "| run | seed | sampler | before | after | gain | z | tokens / task "
+             "| before eval | sampling | update | after eval | rest | wall (min) |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(speed, key=lambda r: (r["run"], r["seed"])):
-        lines.append(f"| {r['run']} | {r['seed']} | {r['before']:.3f} | {r['after']:.3f} | "
-                     f"{r['diff']:+.3f} +- {r['se']:.3f} | {z_score(r['diff'], r['se'])} | "
-                     f"{r['tokens_per_task_after']:.0f} | {r['wall_s'] / 60:.0f} |")
+        parts = r.get("seconds", {})
+        minutes = " | ".join(f"{parts[k] / 60:.1f}" if k in parts else "-" for k in
+                             ("before", "generation", "update", "evaluation"))
+        rest = (f"{(parts['total'] - parts['generation'] - parts['update'] - parts['evaluation']) / 60:.1f}"
+                if parts else "-")
+        lines.append(f"| {r['run']} | {r['seed']} | {r.get('backend', '-')} | {r['before']:.3f} | "
+                     f"{r['after']:.3f} | {r['diff']:+.3f} +- {r['se']:.3f} | "
+                     f"{z_score(r['diff'], r['se'])} | {r['tokens_per_task_after']:.0f} | "
+                     f"{minutes} | {rest} | {r['wall_s'] / 60:.1f} |")
     for name in RUNS:
         fast = [{"seed": r["seed"], "per_task_avg": r["per_task_after"]}
                 for r in speed if r["run"] == name]

@@ -45,7 +45,8 @@ def by_prompt_tokens(unit) -> tuple:
 
 FORMS = {"mb8": (8, False, False, None), "mb16": (16, False, False, None),
          "mb8 fused": (8, True, False, None), "mb8 prefix": (8, False, True, None),
-         "mb8 prefix by-prompt": (8, False, True, by_prompt_tokens)}
+         "mb8 prefix by-prompt": (8, False, True, by_prompt_tokens),
+         "mb16 prefix": (16, False, True, None)}
 """name: (micro-batch rows, fused AdamW, shared prompt prefixes run once, micro-batch
 order: None for the learner's own, ``learner.by_response`` with shared prefixes)."""
 
