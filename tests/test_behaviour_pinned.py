@@ -77,7 +77,11 @@ def _close_weights(a: dict, b: dict, where: str) -> None:
     when the same arithmetic runs in another order (issue 61's micro-batch orders moved
     one by 5e-4 of itself, 7e-6 of its norm), while a change of behaviour moves norms."""
     assert a.keys() == b.keys(), f"{where}: keys {sorted(a)} != {sorted(b)}"
-    for name, ((sum_a, norm_a), (sum_b, norm_b)) in ((n, (a[n], b[n])) for n in a):
+    # A key bias's true gradient is 0 (softmax ignores a shift shared by every key): Adam
+    # turns its round-off into steps of lr, so its weights follow the CPU's float kernels
+    # (AVX2's moved its sum by 2e-4 of its norm), not the algorithm.
+    for name, ((sum_a, norm_a), (sum_b, norm_b)) in ((n, (a[n], b[n])) for n in a
+                                                     if not n.endswith("k_proj.bias")):
         assert math.isclose(norm_a, norm_b, rel_tol=REL), f"{where}.{name} norm: {norm_a} != pinned {norm_b}"
         assert abs(sum_a - sum_b) <= REL * norm_b, f"{where}.{name} sum: {sum_a} != pinned {sum_b}"
 
