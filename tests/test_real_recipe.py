@@ -203,6 +203,8 @@ def test_the_script_runs_pilot_runs_and_report_end_to_end(math_tiny_dir, tmp_pat
     assert sorted((r["run"], r["config"]) for r in records) == [
         ("single", "issue50"), ("team-grpo", "issue50"), ("team-srpo", "issue50"),
         ("team-srpo", "speed")]
+    # a run's minutes are the machine's: the record names it (seeds ran on different CPUs)
+    assert all(r["machine"] for r in records if r["config"] == "speed")
     fast = json.loads((tmp_path / "runs" / "team-srpo-s0-speed" / "summary.json").read_text())
     assert {k: fast["config"][k] for k in module.SPEED} == module.SPEED
     assert fast["config"]["extra_env_kwargs"]["split_by"] == "text"   # issue 50's tasks

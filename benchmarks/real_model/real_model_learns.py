@@ -80,6 +80,7 @@ from srpo_agents.running.real_recipe import (
     speed_settings,
 )
 from srpo_agents.running.verdicts import diff_cell, difference, task_difference
+from srpo_bench.machine import cpu_model
 from srpo_bench.real_model import chosen
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -258,7 +259,8 @@ def record(name: str, seed: int, summary: dict, config_name: str = "issue50") ->
                         **summary["time_breakdown"]},
             "prompt_version": "example-v1" if config["extra_env_kwargs"] else "default",
             "per_task_after": after["per_task_avg"],
-            "per_task_votes_after": after.get("per_task_votes")}
+            "per_task_votes_after": after.get("per_task_votes"),
+            "machine": cpu_model()}
 
 
 def fitting_steps(data: dict, name: str) -> int:
@@ -412,19 +414,22 @@ def speed_lines(speed: list[dict], by_run: dict[str, list[dict]]) -> list[str]:
              "Minutes of each run: the shared \"before\" evaluation, the steps' sampling "
              "and updates, the \"after\" evaluation, the rest (model and engine loading, "
              "checkpoints), and the whole run.", "",
-             "| run | seed | sampler | before | after | gain | z | tokens / task "
+             "| run | seed | machine | sampler | before | after | gain | z | tokens / task "
              "| before eval | sampling | update | after eval | rest | wall (min) |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(speed, key=lambda r: (r["run"], r["seed"])):
         parts = r.get("seconds", {})
         minutes = " | ".join(f"{parts[k] / 60:.1f}" if k in parts else "-" for k in
                              ("before", "generation", "update", "evaluation"))
         rest = (f"{(parts['total'] - parts['generation'] - parts['update'] - parts['evaluation']) / 60:.1f}"
                 if parts else "-")
-        lines.append(f"| {r['run']} | {r['seed']} | {r.get('backend', '-')} | {r['before']:.3f} | "
+        lines.append(f"| {r['run']} | {r['seed']} | {r.get('machine', '-')} | "
+                     f"{r.get('backend', '-')} | {r['before']:.3f} | "
                      f"{r['after']:.3f} | {r['diff']:+.3f} +- {r['se']:.3f} | "
                      f"{z_score(r['diff'], r['se'])} | {r['tokens_per_task_after']:.0f} | "
                      f"{minutes} | {rest} | {r['wall_s'] / 60:.1f} |")
+    lines += [f"\nSeed {r['seed']}'s minutes: {r['timing_note']}" for r in speed
+              if r.get("timing_note")]
     for name in RUNS:
         fast = [{"seed": r["seed"], "per_task_avg": r["per_task_after"]}
                 for r in speed if r["run"] == name]
