@@ -112,7 +112,7 @@ def test_a_config_json_from_before_the_sections_still_loads():
            "rollout_device": "",
            "weight_sync": "collective", "ray_ranks": 0, "minibatch_episodes": 0,
            "token_budget": 0, "minibatch_by": "episode", "eval_processes": 0,
-           "share_prompt_prefix": True}
+           "share_prompt_prefix": True, "vllm_compile": False}
     assert {k: loaded[k] for k in set(loaded) - set(recorded)} == new
     # each field is declared in exactly one section
     names = [f.name for section in SECTIONS for f in dataclasses.fields(section)]

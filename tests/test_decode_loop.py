@@ -155,6 +155,8 @@ def test_the_flags_reach_the_engine_and_pi_old(policy):
         TrainConfig(model="x", max_batch=0)
     with pytest.raises(ValueError, match="hf_compile with backend='vllm'"):
         TrainConfig(model="x", hf_compile=True, backend="vllm")
+    with pytest.raises(ValueError, match="vllm_compile with backend='hf'"):
+        TrainConfig(model="x", vllm_compile=True)
 
 
 def test_the_compiled_loop_leaves_stop_strings_to_the_step_by_step_loop(policy):

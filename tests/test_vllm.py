@@ -137,13 +137,18 @@ def _update_then_probe(engine, policy, rollouts, prompt, fixed, config: LearnerC
     return after, _learner_logprobs(policy, probe, 1.0)[0]
 
 
-def test_weights_follow_the_learner(policy, tmp_path):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_weights_follow_the_learner(policy, tmp_path, compiled):
     """After one learner update (real episodes, real units, an optimizer step), vLLM's
-    log-probs of a fixed sequence equal the updated model's and differ from before."""
+    log-probs of a fixed sequence equal the updated model's and differ from before;
+    also with ``--vllm-compile`` (compiled graphs must read the weights synced in place,
+    not a copy taken when they were traced)."""
     from srpo_agents.config import TrainConfig
     from srpo_agents.rollout.envs import env_factory
 
-    engine = RolloutEngine(policy, backend="vllm", max_new_tokens=6, seed=1)
+    engine = RolloutEngine(policy, backend="vllm", max_new_tokens=6, seed=1,
+                           vllm_compile=compiled)
+    assert engine._generator.llm.llm_engine.vllm_config.model_config.enforce_eager != compiled
     prompt = policy.prompt_ids("solver", "3+4=")
     fixed = prompt + policy.tokenizer.encode(" 7", add_special_tokens=False)
     before = _vllm_sequence_logprobs(engine, fixed, len(prompt))

@@ -31,6 +31,11 @@ class RolloutConfig:
     cache, 2 frees the weights too (the sync after the update rewrites them; with
     --per-role-adapters 1 is used: the frozen base is never rewritten), 0 keeps them
     awake. Unused on the CPU."""
+    vllm_compile: bool = False
+    """--backend vllm on the CPU: vLLM's compiled model (torch.compile) instead of eager
+    mode. SmolLM2's held-out evaluation ran 1.59x as fast with it and a 2 GiB KV cache
+    (1.14x from the cache alone), after about a minute of compiling at start-up
+    (``benchmarks/results/vllm_eval_levers.md``). A GPU engine compiles whatever this says."""
     max_batch: int = 256
     """Most prompts one generation forward batches (hf) or vLLM's max_num_seqs: more
     rows use a GPU better, fewer bound the KV cache's memory."""
@@ -72,6 +77,9 @@ class RolloutConfig:
         if self.vllm_sleep_level not in (0, 1, 2):
             raise ValueError(f"vllm_sleep_level={self.vllm_sleep_level!r}: expected 0 "
                              f"(awake), 1 or 2")
+        if self.vllm_compile and self.backend != "vllm":
+            raise ValueError(f"vllm_compile with backend={self.backend!r}: it compiles "
+                             f"vLLM's model (--hf-compile compiles the hf decode loop)")
         if self.hf_compile and self.backend != "hf":
             raise ValueError(f"hf_compile with backend={self.backend!r}: it compiles the "
                              f"hf decode loop (vLLM compiles its own)")

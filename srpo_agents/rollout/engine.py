@@ -130,6 +130,7 @@ class RolloutEngine:
         vllm_gpu_memory: with ``backend="vllm"`` on a GPU, the share of its memory the
             engines take together, split evenly between them (one per role policy).
         hf_compile: with ``backend="hf"``, the compiled static-cache decode loop.
+        vllm_compile: with ``backend="vllm"`` on the CPU, vLLM's compiled model, not eager.
         vllm_sleep_level: with ``backend="vllm"`` on a GPU, the sleep level of the
             engines while the learner updates (``rest``); 0 keeps them awake.
     """
@@ -140,7 +141,8 @@ class RolloutEngine:
                  role_policies: Mapping[str, Policy] | None = None,
                  role_sampling: Mapping[str, Sampling] | None = None,
                  eval_temperature: float | None = None, vllm_gpu_memory: float = 0.3,
-                 hf_compile: bool = False, vllm_sleep_level: int = 1):
+                 hf_compile: bool = False, vllm_sleep_level: int = 1,
+                 vllm_compile: bool = False):
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens!r}: expected >= 1")
         if temperature < 0:
@@ -162,7 +164,8 @@ class RolloutEngine:
 
         # vLLM engines share the GPU's memory left beside the learner, one share each
         engines = 1 + len(self.role_policies)
-        extra = ({"gpu_memory": vllm_gpu_memory / engines, "sleep_level": vllm_sleep_level}
+        extra = ({"gpu_memory": vllm_gpu_memory / engines, "sleep_level": vllm_sleep_level,
+                  "compile": vllm_compile}
                  if backend == "vllm" else {"compile": hf_compile})
 
         def backend_for(p: Policy, offset: int):
@@ -335,7 +338,8 @@ def engine_for(config: TrainConfig, policy: Policy,
                          eval_temperature=config.eval_temperature,
                          vllm_gpu_memory=config.vllm_gpu_memory,
                          max_batch=config.max_batch, hf_compile=config.hf_compile,
-                         vllm_sleep_level=config.vllm_sleep_level)
+                         vllm_sleep_level=config.vllm_sleep_level,
+                         vllm_compile=config.vllm_compile)
 
 
 def role_sampling(config: TrainConfig) -> dict[str, Sampling]:
