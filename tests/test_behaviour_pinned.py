@@ -28,6 +28,10 @@ ALGOS = ("srpo", "grpo")
 # what varies from run to run by design: times, and the process's memory
 VOLATILE = ("time", "seconds", "_s", "rss", "memory")
 REL = 1e-4  # relative tolerance: float kernels differ by ~1e-7, behaviour by far more
+# A tensor's sum against its norm: an Intel Xeon with AMX under ATEN_CPU_CAPABILITY=default
+# (oneDNN keeps its own ISA) moved srpo's v_proj.weight sum by 1.2e-4 of its norm, its
+# norm by 8e-6; srpo's and grpo's pins differ by 4.7e-2 of a norm (the median tensor).
+SUM_REL = 5e-4
 
 
 def fingerprint(algo: str, root: Path) -> dict:
@@ -72,7 +76,7 @@ def _close(a, b, where: str) -> None:
 
 
 def _close_weights(a: dict, b: dict, where: str) -> None:
-    """Each tensor's norm within ``REL``, its sum within ``REL`` of its norm: a sum of
+    """Each tensor's norm within ``REL``, its sum within ``SUM_REL`` of its norm: a sum of
     elements that nearly cancel (down_proj's is 1% of its norm) moves relatively far
     when the same arithmetic runs in another order (issue 61's micro-batch orders moved
     one by 5e-4 of itself, 7e-6 of its norm), while a change of behaviour moves norms."""
@@ -83,7 +87,7 @@ def _close_weights(a: dict, b: dict, where: str) -> None:
     for name, ((sum_a, norm_a), (sum_b, norm_b)) in ((n, (a[n], b[n])) for n in a
                                                      if not n.endswith("k_proj.bias")):
         assert math.isclose(norm_a, norm_b, rel_tol=REL), f"{where}.{name} norm: {norm_a} != pinned {norm_b}"
-        assert abs(sum_a - sum_b) <= REL * norm_b, f"{where}.{name} sum: {sum_a} != pinned {sum_b}"
+        assert abs(sum_a - sum_b) <= SUM_REL * norm_b, f"{where}.{name} sum: {sum_a} != pinned {sum_b}"
 
 
 @pytest.mark.parametrize("algo", ALGOS)
