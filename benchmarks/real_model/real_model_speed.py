@@ -59,12 +59,15 @@ CONFIGS: dict[str, dict] = {
     "bf16+prefix": {"dtype": "bfloat16", "share_prompt_prefix": True},
     "vllm+prefix": {"backend": "vllm", "share_prompt_prefix": True},
     "bf16+vllm+prefix": {"dtype": "bfloat16", "backend": "vllm", "share_prompt_prefix": True},
+    "bf16+vllm+prefix+compiled": {"dtype": "bfloat16", "backend": "vllm",
+                                  "share_prompt_prefix": True, "vllm_compile": True},
 }
 """Each lever alone (on top of ``baseline``, issue 50's recipe) and two together.
 ``by_task``: a step's episodes grouped by task, so a micro-batch's rows share their
 task's prompt pass; ``eval_helper``: one helper process plays part of each held-out
 evaluation; ``prefix``: the leading tokens distinct prompts share run once
-(``srpo_agents.learning.prompt_cache``). ``new`` (below) is the recipe's current setting,
+(``srpo_agents.learning.prompt_cache``); ``compiled``: vLLM's compiled model
+(``--vllm-compile``). ``new`` (below) is the recipe's current setting,
 whatever it is."""
 
 FIGURES = ("tokens_per_step", "step_seconds", "first_step_seconds", "generation_seconds", "pi_old_seconds", "update_seconds",
@@ -170,6 +173,11 @@ def tokens_per_step(result: dict) -> float:
     return result.get("tokens_per_step") or result["tokens_per_s"] * result["generation_seconds"]
 
 
+def speedup(result: dict) -> str:
+    """Issue 50's step seconds over this one's; "-" where the baseline did not run."""
+    return f"{result['step_speedup']:.2f}x" if "step_speedup" in result else "-"
+
+
 def table(results: list[dict], args) -> list[str]:
     lines = ["# A real-model team step: where the time goes", "",
              "Command: `python benchmarks/real_model/real_model_speed.py "
@@ -201,7 +209,7 @@ def table(results: list[dict], args) -> list[str]:
                      f"{r['pi_old_seconds']:.1f} | {r['update_seconds']:.1f} | "
                      f"{r['other_seconds']:.1f} | {r['eval_seconds_per_100_episodes']:.1f} | "
                      f"{r['tokens_per_s']:.0f} | {tokens_per_step(r):.0f} | "
-                     f"{r['peak_rss_gb']:.2f} | {r.get('step_speedup', float('nan')):.2f}x | "
+                     f"{r['peak_rss_gb']:.2f} | {speedup(r)} | "
                      f"{1000 * r['update_seconds'] / tokens_per_step(r):.1f} |")
     return lines
 
